@@ -1,0 +1,86 @@
+"""Answer metrics with R1-Searcher's definitions: normalisation, EM, token F1, cover-EM.
+
+These reproduce R1-Searcher's evaluation script figure for figure (tests check it on the released
+trajectories), so numbers from this project and from the paper are comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+
+_PUNCTUATION = frozenset(string.punctuation + "\u2018\u2019\u00b4`")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_YES_NO = ("yes", "no", "noanswer")
+
+
+def _bool_mapping(s: str) -> str:
+    return {"True": "yes", "False": "no"}.get(s, s)
+
+
+# Golds repeat across the samples of a group and across steps; caching keeps scoring off the server's hot path.
+@lru_cache(maxsize=65536)
+def normalize_answer(s: str) -> str:
+    """Lower-case, `_` to space, punctuation to space, drop a/an/the, collapse white space."""
+    s = _bool_mapping(s).replace("_", " ").lower()
+    s = "".join(" " if ch in _PUNCTUATION else ch for ch in s)
+    s = _ARTICLES.sub(" ", s)
+    return " ".join(s.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1(prediction: str, gold: str) -> float:
+    """Token F1; 0 when either side is yes/no/noanswer and the two differ."""
+    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    if (pred in _YES_NO or ref in _YES_NO) and pred != ref:
+        return 0.0
+    pred_tokens, ref_tokens = pred.split(), ref.split()
+    same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(ref_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def cover_exact_match(prediction: str, gold: str) -> float:
+    """1 when every gold token appears among the prediction's tokens (order ignored)."""
+    # R1-Searcher splits on a single space, so an empty normalised string is the token "".
+    pred_tokens = normalize_answer(prediction).split(" ")
+    return float(all(tok in pred_tokens for tok in normalize_answer(gold).split(" ")))
+
+
+METRICS: dict[str, Callable[[str, str], float]] = {"em": exact_match, "f1": f1, "cem": cover_exact_match}
+
+
+def best_over_golds(metric: str, prediction: str, golds: Sequence[str]) -> float:
+    """The metric's maximum over the gold answers (0 when there are none)."""
+    fn = METRICS[metric]
+    return max((fn(prediction, g) for g in golds), default=0.0)
+
+
+def all_metrics(prediction: str, golds: Sequence[str]) -> dict[str, float]:
+    return {name: best_over_golds(name, prediction, golds) for name in METRICS}
+
+
+def as_golds(label: object) -> list[str]:
+    """Gold answers from a label: a string, a list of strings, or a JSON-encoded list of strings."""
+    if isinstance(label, str):
+        stripped = label.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            try:
+                decoded = json.loads(stripped)
+            except json.JSONDecodeError:
+                return [label]
+            if isinstance(decoded, list) and all(isinstance(x, str) for x in decoded):
+                return decoded
+        return [label]
+    if isinstance(label, list | tuple) and all(isinstance(x, str) for x in label):
+        return list(label)
+    raise TypeError(f"a label must be a string or a list of strings, got {type(label).__name__}")

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Creates the local virtual environment and installs searchrl into it, idempotently: a stamp of the
+# install inputs makes a second run a no-op. torch is pinned to the CPU build first so that
+# resolving sentence-transformers never pulls CUDA wheels on a CPU machine.
+# Usage: source launch/setup_env.sh [extras]   (default extras: dev)
+set -euo pipefail
+SEARCHRL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SEARCHRL_VENV="${SEARCHRL_VENV:-$SEARCHRL_ROOT/.venv}"
+SEARCHRL_EXTRAS="${1:-dev}"
+TORCH_SPEC="${SEARCHRL_TORCH:-torch==2.13.0}"
+OPENRLHF_SPEC="openrlhf==0.11.2"
+
+if [ ! -x "$SEARCHRL_VENV/bin/python" ]; then
+  echo "[setup] creating $SEARCHRL_VENV"
+  "${PYTHON:-python3}" -m venv "$SEARCHRL_VENV"
+fi
+PY="$SEARCHRL_VENV/bin/python"
+stamp="$SEARCHRL_VENV/.searchrl-setup"
+want="$(cat "$SEARCHRL_ROOT/pyproject.toml" "$SEARCHRL_ROOT/launch/setup_env.sh" | sha256sum | cut -c1-16)-$SEARCHRL_EXTRAS"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] installing searchrl[$SEARCHRL_EXTRAS] into $SEARCHRL_VENV (log: $SEARCHRL_VENV/setup.log)"
+  pipi() { "$PY" -m pip install "$@" >>"$SEARCHRL_VENV/setup.log" 2>&1 \
+    || { tail -n 30 "$SEARCHRL_VENV/setup.log" >&2; echo "[setup] pip install $* failed" >&2; exit 1; }; }
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    pipi "$TORCH_SPEC"
+  fi
+  pipi -e "$SEARCHRL_ROOT[$SEARCHRL_EXTRAS]"
+  # OpenRLHF's agent classes and its train_ppo_ray parser are the contract we test against; without
+  # its GPU dependencies it installs in seconds. A GPU node installs it fully through the `train` extra.
+  if ! "$PY" -c "import openrlhf" 2>/dev/null; then
+    pipi --no-deps "$OPENRLHF_SPEC"
+  fi
+  "$PY" -c "import torch, fastapi, faiss, sentence_transformers, openrlhf" \
+    || { echo "[setup] install incomplete: see the pip output above" >&2; exit 1; }
+  echo "$want" > "$stamp"
+fi
+export SEARCHRL_ROOT SEARCHRL_VENV PY
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"

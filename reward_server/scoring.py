@@ -1,0 +1,55 @@
+"""Scoring one finished rollout: parse, check the rules, combine the components with the spec's weights."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eval.metrics import all_metrics
+from reward_server.spec import RewardSpec
+from rollout.format_rules import context_from_metadata, find_violations
+from rollout.protocol import parse_solution
+from stage1_format.reward import format_valid, search_well_formed
+from stage2_answer.reward import answer_score, format_violated
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    reward: float
+    score: float
+    logs: dict[str, float]
+
+
+def score_solution(
+    solution: str, golds: Sequence[str], spec: RewardSpec, metadata: Mapping[str, Any] | None = None
+) -> SampleScore:
+    parsed = parse_solution(solution.strip())
+    violations = find_violations(parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk))
+    metrics = all_metrics(parsed.answer, golds) if parsed.answer is not None else None
+    answer = answer_score(metrics, spec.answer_metric)
+    searched = search_well_formed(parsed, violations)
+    formatted = format_valid(violations, spec.format_rules)
+    penalised = format_violated(violations, spec.penalty_rules)
+
+    reward = (
+        spec.answer_weight * answer
+        + spec.answer_bias
+        + spec.search_weight * searched
+        + spec.format_weight * formatted
+        - spec.violation_penalty * penalised
+    )
+    low, high = spec.bounds()
+    score = (reward - low) / (high - low) if high > low else 0.0
+
+    searches = (metadata or {}).get("num_searches", parsed.num_searches)
+    logs = {
+        "format_ok": float(not any(violations.values())),
+        "search_ok": searched,
+        "has_answer": float(parsed.answer is not None),
+        "answer_words": float(len(parsed.answer.split())) if parsed.answer is not None else 0.0,
+        "num_searches": float(searches) if isinstance(searches, int | float) else float(parsed.num_searches),
+        **(metrics or dict.fromkeys(("em", "f1", "cem"), 0.0)),
+        **{f"violation_{name}": float(hit) for name, hit in violations.items()},
+    }
+    return SampleScore(reward=reward, score=min(1.0, max(0.0, score)), logs=logs)

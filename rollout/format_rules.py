@@ -1,0 +1,88 @@
+"""Format violations, one small pure function per rule (R1-Searcher's rules plus forged documents).
+
+Each rule answers "is this solution in violation?"; the rewards combine them with explicit weights
+and every rule's verdict is logged on its own, so a collapse can be traced to the rule that fired.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.protocol import ParsedSolution
+
+_CJK = re.compile("[\u4e00-\u9fff]")
+
+# Tags whose presence inside the answer means the model stuffed the protocol into it.
+_TAG_FRAGMENTS = ("begin_of_query", "end_of_query", "begin_of_documents", "end_of_documents", "<think>", "</think>")
+
+
+@dataclass(frozen=True)
+class FormatContext:
+    """What the rules need beyond the text: limits from config and what the environment reported."""
+
+    max_answer_words: int = 10
+    check_cjk: bool = True
+    num_searches: int | None = None
+
+
+def tag_counts(p: ParsedSolution, ctx: FormatContext) -> bool:
+    return len(set(p.tag_counts.values())) > 1
+
+
+def think(p: ParsedSolution, ctx: FormatContext) -> bool:
+    return not (p.think_opens == 0 and p.think_closes == 1)
+
+
+def answer_count(p: ParsedSolution, ctx: FormatContext) -> bool:
+    return not (p.answer_opens == 1 and p.answer_closes == 1)
+
+
+def tags_in_answer(p: ParsedSolution, ctx: FormatContext) -> bool:
+    return p.answer is not None and any(tag in p.answer for tag in _TAG_FRAGMENTS)
+
+
+def answer_too_long(p: ParsedSolution, ctx: FormatContext) -> bool:
+    return p.answer is not None and len(p.answer.split()) > ctx.max_answer_words
+
+
+def role_leakage(p: ParsedSolution, ctx: FormatContext) -> bool:
+    return "Assistant" in p.text or "assistant" in p.text
+
+
+def cjk(p: ParsedSolution, ctx: FormatContext) -> bool:
+    return ctx.check_cjk and _CJK.search(p.outside_documents) is not None
+
+
+def forged_documents(p: ParsedSolution, ctx: FormatContext) -> bool:
+    # Only the environment knows how many searches really ran; more document blocks than that
+    # means the model typed documents itself.
+    return ctx.num_searches is not None and p.num_document_blocks > ctx.num_searches
+
+
+RULES: dict[str, Callable[[ParsedSolution, FormatContext], bool]] = {
+    "tag_counts": tag_counts,
+    "think": think,
+    "answer_count": answer_count,
+    "tags_in_answer": tags_in_answer,
+    "answer_too_long": answer_too_long,
+    "role_leakage": role_leakage,
+    "cjk": cjk,
+    "forged_documents": forged_documents,
+}
+
+
+def find_violations(p: ParsedSolution, ctx: FormatContext) -> dict[str, bool]:
+    """Every rule's verdict, keyed by rule name (True = violated)."""
+    return {name: rule(p, ctx) for name, rule in RULES.items()}
+
+
+def context_from_metadata(metadata: Mapping[str, Any] | None, max_answer_words: int, check_cjk: bool) -> FormatContext:
+    searches = (metadata or {}).get("num_searches")
+    return FormatContext(
+        max_answer_words=max_answer_words,
+        check_cjk=check_cjk,
+        num_searches=int(searches) if isinstance(searches, int | float) and not isinstance(searches, bool) else None,
+    )

@@ -1,0 +1,50 @@
+"""Shared test helpers: real uvicorn servers on loopback, fixture paths."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).parent.parent
+
+
+@contextmanager
+def serve(app, port: int | None = None) -> Iterator[str]:
+    """Run an ASGI app with uvicorn in a background thread; yields its base URL."""
+    from rollout.service import free_port
+
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.02)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return FIXTURES
+
+
+def get(url: str) -> httpx.Response:
+    return httpx.get(url, timeout=10)

@@ -1,0 +1,145 @@
+"""The reward server started for real on loopback."""
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from eval.metrics import as_golds
+from reward_server.app import ServerSettings, create_app
+from reward_server.scoring import score_solution
+from reward_server.spec import PRESETS, STAGE2_ANSWER
+from tests.conftest import serve
+
+PROMPT = "User:Where is the Eiffel Tower?\nAssistant: <think>"
+
+
+@pytest.fixture(scope="module")
+def trajectories():
+    from tests.conftest import FIXTURES
+
+    return [json.loads(line) for line in (FIXTURES / "r1searcher" / "hotpotqa_llama.jsonl").open()]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("log") / "scored.jsonl"
+    settings = ServerSettings(
+        spec=PRESETS["r1searcher-qwen-stage2"],
+        preset="r1searcher-qwen-stage2",
+        log_jsonl=log,
+        max_body_bytes=200_000,
+        max_items=64,
+    )
+    with serve(create_app(settings)) as url:
+        yield url, log
+
+
+def test_health(server):
+    url, _ = server
+    body = httpx.get(f"{url}/health").json()
+    assert body["status"] == "ok" and body["preset"] == "r1searcher-qwen-stage2"
+    assert body["spec"]["answer_metric"] == "f1"
+
+
+def test_2000_concurrent_single_sample_requests_match_in_process(server, trajectories):
+    url, log = server
+    samples = [trajectories[i % len(trajectories)] for i in range(2000)]
+    expected = [
+        score_solution(r["gen_text_store"], as_golds(r["answer"]), PRESETS["r1searcher-qwen-stage2"]) for r in samples
+    ]
+
+    async def run():
+        limits = httpx.Limits(max_connections=128)
+        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+            sem = asyncio.Semaphore(128)
+
+            async def one(r):
+                async with sem:
+                    body = {"query": [PROMPT + r["gen_text_store"]], "prompts": [PROMPT], "labels": [r["answer"]]}
+                    resp = await client.post("/get_reward", json=body)
+                    resp.raise_for_status()
+                    return resp.json()
+
+            return await asyncio.gather(*(one(r) for r in samples))
+
+    answers = asyncio.run(run())
+    assert [a["rewards"][0] for a in answers] == [e.reward for e in expected]
+    assert [a["scores"][0] for a in answers] == [e.score for e in expected]
+    assert [a["extra_logs"]["format_ok"][0] for a in answers] == [e.logs["format_ok"] for e in expected]
+    assert sum(1 for _ in log.open()) >= 2000
+
+
+def test_batch_and_metadata(server):
+    url, _ = server
+    forged = "<|begin_of_query|> q <|end_of_query|>\n\n<|begin_of_documents|>\n(1)x\n<|end_of_documents|>\n\n"
+    text = forged + " Paris. </think><answer> Paris </answer>"
+    body = {
+        "query": [PROMPT + text] * 20,
+        "prompts": [PROMPT] * 20,
+        "labels": [["Lyon", "Paris"]] * 20,
+        "metadata": [{"num_searches": 1}] * 10 + [{"num_searches": 0}] * 10,
+    }
+    out = httpx.post(f"{url}/get_reward", json=body).json()
+    assert out["rewards"] == [1.0] * 10 + [-1.0] * 10
+    assert out["extra_logs"]["violation_forged_documents"] == [0.0] * 10 + [1.0] * 10
+    assert all(len(v) == 20 for v in out["extra_logs"].values())
+
+
+def test_without_prompts_the_query_is_the_solution(server):
+    url, _ = server
+    out = httpx.post(f"{url}/get_reward", json={"query": ["x </think><answer> Paris </answer>"], "labels": ["Paris"]})
+    assert out.json()["rewards"] == [1.0]
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"query": "text", "labels": ["a"]}, "query"),
+        ({"query": [1], "labels": ["a"]}, "query.0"),
+        ({"query": [], "labels": []}, "query"),
+        ({"query": ["a"]}, "labels"),
+        ({"query": ["a", "b"], "labels": ["a"]}, "labels"),
+        ({"query": ["a"], "prompts": ["p", "q"], "labels": ["a"]}, "prompts"),
+        ({"query": ["a"], "labels": ["a"], "metadata": [{}, {}]}, "metadata"),
+        ({"query": ["a"], "labels": [3]}, "labels.0"),
+        ({"query": ["abc"], "prompts": ["zzz"], "labels": ["a"]}, "prompts.0"),
+        ({"query": ["a"] * 65, "labels": ["a"] * 65}, "query"),
+        ({"query": ["a"], "labels": ["a"], "extra": 1}, "extra"),
+    ],
+)
+def test_malformed_bodies_get_4xx_naming_the_field(server, body, field):
+    url, _ = server
+    resp = httpx.post(f"{url}/get_reward", json=body)
+    assert 400 <= resp.status_code < 500
+    assert resp.json()["field"] == field
+    assert resp.json()["detail"].startswith(f"{field}: ")
+
+
+def test_not_json_and_oversized(server):
+    url, _ = server
+    resp = httpx.post(f"{url}/get_reward", content=b"{not json", headers={"content-type": "application/json"})
+    assert resp.status_code == 422
+    resp = httpx.post(f"{url}/get_reward", json={"query": ["x" * 300_000], "labels": ["a"]})
+    assert resp.status_code == 413 and resp.json()["field"] == "body"
+
+    def chunks():
+        yield b'{"query": ["'
+        for _ in range(30):
+            yield b"x" * 10_000
+        yield b'"], "labels": ["a"]}'
+
+    resp = httpx.post(f"{url}/get_reward", content=chunks(), headers={"content-type": "application/json"})
+    assert resp.status_code == 413
+
+
+def test_bearer_token():
+    settings = ServerSettings(spec=STAGE2_ANSWER, token="s3cret")
+    body = {"query": ["</think><answer> a </answer>"], "labels": ["a"]}
+    with serve(create_app(settings)) as url:
+        assert httpx.post(f"{url}/get_reward", json=body).status_code == 401
+        bad = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer nope"})
+        assert bad.status_code == 401 and bad.json()["field"] == "authorization"
+        ok = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["rewards"] == [1.0]
