@@ -1,79 +1,242 @@
-"""Quickstart on embedded defaults: score bundled R1-Searcher trajectories through a real reward server.
+"""Quickstart on embedded defaults: real episodes through OpenRLHF's own agent executor.
 
-Starts the reward server twice on loopback (stage-1 and stage-2 configs), sends every bundled
-trajectory as OpenRLHF would (prompt + response, prompt, label), checks each reward against the
-in-process scorer, and writes a JSON summary. Exit code 1 when any reward disagrees.
+CPU mode (the default without a GPU stack): builds the embedded index over the bundled mini corpus
+with the bundled MiniLM, starts the retrieval and reward servers on loopback, then runs episodes of
+stage 1 through `stage1_format/agent_func.py` with
+  (b) a replay policy that re-emits the recorded actions of R1-Searcher's released trajectories
+      while search and reward run live, and
+  (a) a tiny random transformer built from a config (real generation, meaningless text).
+Real mode (`--real`, or automatically on a GPU node with vLLM and Ray installed): builds the index,
+starts the servers, prepares the stage-1 data and submits stage 1 with launch/ray_submit.sh.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.util
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
-
-import httpx
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from eval.metrics import as_golds  # noqa: E402
 from eval.records import read_jsonl  # noqa: E402
-from reward_server.scoring import score_solution  # noqa: E402
+from rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from rollout.config import load_stage  # noqa: E402
+from rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
+from rollout.protocol import parse_solution  # noqa: E402
 from rollout.service import free_port, start_module, stop  # noqa: E402
 from rollout.templates import render_prompt  # noqa: E402
 
-STAGES = ("stage1_format", "stage2_answer")
+EXAMPLES = ROOT / "examples"
+STAGE1 = ROOT / "configs/stages/stage1_format.yaml"
+MINI_CORPUS = EXAMPLES / "mini_corpus.jsonl"
+
+
+def gpu_stack() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available() and all(importlib.util.find_spec(m) for m in ("vllm", "ray", "deepspeed"))
+    except ImportError:
+        return False
+
+
+def build_index(out: Path, device: str = "cpu") -> Path:
+    from search_backend.build_index import build
+
+    index = out / "index"
+    print(f"[quickstart] index: {MINI_CORPUS} -> {index} (bundled all-MiniLM-L6-v2, {device})")
+    build(MINI_CORPUS, "jsonl", index, device=device)
+    return index
+
+
+async def run_episodes(stage, jobs: list[dict[str, Any]], tokenizer, max_length: int) -> list[dict[str, Any]]:
+    runtime = Runtime.from_stage(stage)
+    Runtime.install(runtime)
+    executor = load_agent_executor(ROOT / "stage1_format/agent_func.py")
+    try:
+
+        async def one(job: dict[str, Any]) -> dict[str, Any]:
+            params = SamplingParams(temperature=job.get("temperature", 0.0), max_tokens=None, seed=0)
+            t0 = time.perf_counter()
+            result = await executor.execute(job["prompt"], job["label"], params, max_length, tokenizer, job["engine"])
+            text = tokenizer.decode(result["observation_tokens"])[len(job["prompt"]) :]
+            parsed = parse_solution(text)
+            logs = {k: float(v) for k, v in result["extra_logs"].items()}
+            return {
+                "mode": job["mode"],
+                "question": job["question"],
+                "gold": job["label"],
+                "answer": parsed.answer,
+                "queries": parsed.queries,
+                "recorded_queries": job.get("recorded_queries"),
+                "reward": float(result["reward"]),
+                "score": float(result["scores"]),
+                "segments": len(result["action_ranges"]),
+                "seconds": round(time.perf_counter() - t0, 3),
+                "logs": logs,
+                "solution": text,
+            }
+
+        return await asyncio.gather(*(one(j) for j in jobs))
+    finally:
+        Runtime.install(None)
+        await runtime.rewards.aclose()
+        await runtime.environment.search.aclose()
+
+
+def cpu_demo(args: argparse.Namespace) -> int:
+    from rollout.tiny_policy import build_model, build_tokenizer
+
+    out: Path = args.out
+    index = build_index(out)
+    search_port, reward_port = free_port(), free_port()
+    print(f"[quickstart] retrieval server on 127.0.0.1:{search_port}, reward server on 127.0.0.1:{reward_port}")
+    search = start_module("search_backend.serve", ["--index", str(index)], search_port, out / "retrieval.log", 180)
+    reward = start_module(
+        "reward_server",
+        ["--config", str(STAGE1), "--log-jsonl", str(out / "scored.jsonl")],
+        reward_port,
+        out / "reward.log",
+    )
+    try:
+        stage, model_cfg = load_stage(
+            STAGE1,
+            [
+                f"search.urls=http://127.0.0.1:{search_port}",
+                f"reward_server.urls=http://127.0.0.1:{reward_port}",
+                f"episode.max_segment_tokens={args.segment_tokens}",
+            ],
+        )
+        records = list(read_jsonl(EXAMPLES / "bamboogle_llama_sample.jsonl"))[: args.episodes]
+        corpus = [r["text"] for r in read_jsonl(EXAMPLES / "mini_corpus.jsonl")]
+        tokenizer = build_tokenizer([r["gen_text_store"] for r in records] + [r["question"] for r in records] + corpus)
+        prompts = {r["question"]: render_prompt(model_cfg, r["question"]) for r in records}
+        replay = ReplayEngine(tokenizer, {prompts[r["question"]]: r["gen_text_store"] for r in records})
+        jobs = [
+            {
+                "mode": "replay",
+                "question": r["question"],
+                "label": r["answer"],
+                "prompt": prompts[r["question"]],
+                "engine": replay,
+                "recorded_queries": parse_solution(r["gen_text_store"]).queries,
+            }
+            for r in records
+        ]
+        tiny = HFEngine(build_model(len(tokenizer)), tokenizer)
+        jobs += [
+            {
+                "mode": "tiny-transformer",
+                "question": r["question"],
+                "label": r["answer"],
+                "prompt": prompts[r["question"]],
+                "engine": tiny,
+                "temperature": 1.0,
+            }
+            for r in records[: args.tiny_episodes]
+        ]
+        print(
+            f"[quickstart] running {len(jobs)} episodes through OpenRLHF's MultiTurnAgentExecutor "
+            f"(stage1_format/agent_func.py)"
+        )
+        results = asyncio.run(run_episodes(stage, jobs, tokenizer, args.max_length))
+    finally:
+        stop(search)
+        stop(reward)
+
+    with (out / "episodes.jsonl").open("w", encoding="utf-8") as fh:
+        for r in results:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    print()
+    print(f"{'mode':<17}{'question':<46}{'searches':>8}{'reward':>8}{'EM':>5}  answer")
+    for r in results:
+        answer = (r["answer"] or "(none)")[:28]
+        print(
+            f"{r['mode']:<17}{r['question'][:44]:<46}{len(r['queries']):>8}{r['reward']:>8.2f}"
+            f"{r['logs'].get('em', 0):>5.0f}  {answer}"
+        )
+    replays = [r for r in results if r["mode"] == "replay"]
+    same = sum(r["queries"] == r["recorded_queries"] for r in replays)
+    summary = {
+        "mode": "cpu-demo",
+        "episodes": len(results),
+        "replay": {
+            "episodes": len(replays),
+            "mean_reward": sum(r["reward"] for r in replays) / max(1, len(replays)),
+            "searches": sum(len(r["queries"]) for r in replays),
+            "search_errors": sum(r["logs"].get("search_errors", 0) for r in replays),
+            "queries_as_recorded": same,
+            "em": sum(r["logs"].get("em", 0) for r in replays) / max(1, len(replays)),
+        },
+        "tiny_transformer": {"episodes": len(results) - len(replays)},
+        "out": str(out / "episodes.jsonl"),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(
+        f"\n[quickstart] mode: CPU demo (no GPU stack). Replay: {len(replays)} episodes of R1-Searcher's released "
+        f"trajectories re-emitted with live search and reward, mean stage-1 reward "
+        f"{summary['replay']['mean_reward']:.3f}; tiny transformer: {summary['tiny_transformer']['episodes']} "
+        f"episodes of random text. Episodes: {out / 'episodes.jsonl'}"
+    )
+    return 0 if summary["replay"]["search_errors"] == 0 else 1
+
+
+def real_job(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    index = build_index(out, device="cuda")
+    data = ROOT / "runs/data/stage1_format.jsonl"
+    steps = [
+        ["bash", str(ROOT / "launch/start_servers.sh"), "--index", str(index), "--stage", "stage1"],
+        [
+            sys.executable,
+            "-m",
+            "stage1_format.prepare_data",
+            "--input",
+            str(EXAMPLES / "stage_1.jsonl"),
+            "--out",
+            str(data),
+        ],
+        ["bash", str(ROOT / "launch/ray_submit.sh"), "stage1", *args.overrides],
+    ]
+    print("[quickstart] mode: REAL stage-1 job (GPU stack found)")
+    for cmd in steps:
+        print("[quickstart] $", " ".join(cmd))
+        code = subprocess.run(cmd, cwd=ROOT).returncode
+        if code != 0:
+            return code
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trajectories", default=str(ROOT / "examples/bamboogle_llama_sample.jsonl"))
-    p.add_argument("--out", default=str(ROOT / "runs/quickstart"), help="folder for summary.json and the server logs")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    records = list(read_jsonl(args.trajectories))
-    summary: dict[str, dict] = {}
-    mismatches = 0
-    for stage in STAGES:
-        config = ROOT / f"configs/stages/{stage}.yaml"
-        stage_cfg, model_cfg = load_stage(config)
-        port = free_port()
-        log = out / f"reward_server_{stage}.log"
-        print(f"[quickstart] {stage}: reward server on 127.0.0.1:{port} (log: {log})")
-        proc = start_module(
-            "reward_server", ["--config", str(config), "--log-jsonl", str(out / f"{stage}.jsonl")], port, log
-        )
-        try:
-            rewards = []
-            t0 = time.perf_counter()
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                for r in records:
-                    prompt = render_prompt(model_cfg, r["question"])
-                    body = {"query": [prompt + r["gen_text_store"]], "prompts": [prompt], "labels": [r["answer"]]}
-                    resp = client.post("/get_reward", json=body)
-                    resp.raise_for_status()
-                    got = resp.json()["rewards"][0]
-                    want = score_solution(r["gen_text_store"], as_golds(r["answer"]), stage_cfg.reward).reward
-                    mismatches += got != want
-                    rewards.append(got)
-            elapsed = time.perf_counter() - t0
-        finally:
-            stop(proc)
-        summary[stage] = {"n": len(rewards), "mean_reward": sum(rewards) / len(rewards), "seconds": round(elapsed, 3)}
-        print(f"[quickstart] {stage}: {len(rewards)} trajectories, mean reward {summary[stage]['mean_reward']:.4f}")
-    print()
-    print(f"{'question':<60} {'gold':<22} {'answer':<22}")
-    for r in records[:10]:
-        print(f"{r['question'][:58]:<60} {r['answer'][:20]:<22} {str(r.get('pred_ans'))[:20]:<22}")
-    (out / "summary.json").write_text(json.dumps({"stages": summary, "mismatches": mismatches}, indent=2))
-    print(
-        f"\n[quickstart] summary: {out / 'summary.json'}; rewards disagreeing with the in-process scorer: {mismatches}"
+    p = argparse.ArgumentParser(prog="launch/quickstart.sh", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=ROOT / "runs/quickstart", help="folder for the index, logs, episodes")
+    p.add_argument("--episodes", type=int, default=12, help="replayed trajectories (at most 24 bundled)")
+    p.add_argument("--tiny-episodes", type=int, default=2, help="episodes of the tiny random transformer")
+    p.add_argument(
+        "--segment-tokens", type=int, default=512, help="per-segment token cap (episode.max_segment_tokens)"
     )
-    return 1 if mismatches else 0
+    p.add_argument("--max-length", type=int, default=8192, help="prompt + response token budget")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--real", action="store_true", help="submit the real stage-1 job (GPU node, `train` extra)")
+    mode.add_argument("--cpu", action="store_true", help="the CPU demo even where a GPU stack is installed")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="with --real: overrides for ray_submit.sh")
+    args = p.parse_intermixed_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.real or (not args.cpu and gpu_stack()):
+        if not gpu_stack():
+            print("error: --real needs a GPU with vLLM, Ray and DeepSpeed: pip install -e '.[train]'", file=sys.stderr)
+            return 2
+        return real_job(args)
+    return cpu_demo(args)
 
 
 if __name__ == "__main__":

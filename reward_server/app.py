@@ -24,11 +24,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from eval.metrics import as_golds
 from reward_server.scoring import SampleScore, score_solution
 from reward_server.spec import RewardSpec
+from rollout.asgi_limits import BodyLimit
 from rollout.protocol import split_solution
 
 log = logging.getLogger("reward_server")
@@ -89,48 +89,6 @@ class _ScoreLog:
     def close(self) -> None:
         with self._lock:
             self._fh.close()
-
-
-class BodyLimit:
-    """Rejects bodies over the limit with 413 before they are read into memory by the app."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _too_large(self.max_bytes, send)
-            return
-        # Without a declared length (chunked upload) the body is read here, up to the limit, and
-        # replayed to the app: an error raised mid-read would surface as a generic 400 instead.
-        chunks, seen, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            seen += len(chunks[-1])
-            if seen > self.max_bytes:
-                await _too_large(self.max_bytes, send)
-                return
-            more = message.get("more_body", False)
-        replay: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
-
-        async def replayed() -> Message:
-            return replay.pop() if replay else await receive()
-
-        await self.app(scope, replayed, send)
-
-
-async def _too_large(limit: int, send: Send) -> None:
-    body = json.dumps({"detail": f"body: larger than the limit of {limit} bytes", "field": "body"}).encode()
-    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _validate_shape(req: RewardRequest, max_items: int) -> list[list[str]]:

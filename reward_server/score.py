@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)
     try:
         spec = load_reward_spec(args.config, args.preset, args.overrides)
         summary = score_records(args.file, spec, args.solution_key, args.answer_key, args.out)

@@ -15,8 +15,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from reward_server.spec import RewardSpec
+from search_backend.config import SearchConfig
 
 M = TypeVar("M", bound=BaseModel)
+# Names the resolved stage config file for the agent in every vLLM engine process.
+CONFIG_ENV = "SEARCHRL_CONFIG"
 FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | None
 
 
@@ -63,11 +66,28 @@ class EpisodeConfig(Strict):
     max_segment_tokens: int = Field(512, ge=1)
 
 
+class RewardServerConfig(Strict):
+    """Where the agent sends finished episodes, and how long it keeps trying before the job fails."""
+
+    urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8001"])
+    deadline_s: float = Field(300.0, gt=0, description="give up (and fail the job) after this long")
+    timeout_s: float = Field(30.0, gt=0)
+    token_env: str = "SEARCHRL_REWARD_TOKEN"
+
+    @field_validator("urls", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return [u.strip() for u in value.split(",") if u.strip()] if isinstance(value, str) else value
+
+
 class StageConfig(Strict):
     stage: Literal["stage1_format", "stage2_answer"]
     model: str = Field(description="path of a configs/models/*.yaml file")
+    init_from: str | None = Field(None, description="a stage config whose final checkpoint is the starting policy")
     reward: RewardSpec
     episode: EpisodeConfig = EpisodeConfig()
+    search: SearchConfig = SearchConfig()
+    reward_server: RewardServerConfig = RewardServerConfig()
     openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")
 
     @field_validator("openrlhf")

@@ -1,90 +1,80 @@
-"""The flags of OpenRLHF's `train_ppo_ray` parser, read from its source with `ast`.
+"""OpenRLHF's own `train_ppo_ray` argument parser, rebuilt without importing the module.
 
-Importing the module would pull in Ray, DeepSpeed and vLLM; reading the `add_argument` calls keeps
-the check available on a CPU machine with `openrlhf` installed without its dependencies.
+Importing it would pull in Ray, DeepSpeed and vLLM. Instead the statements that build the parser
+(the `__main__` block up to `parse_args()`) are taken from the installed source with `ast` and run
+alone, so every rendered flag is checked by the real parser: names, types and choices.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-MODULE = "openrlhf.cli.train_ppo_ray"
+VERSION = "0.11.2"
 
 
 def _source_path() -> Path:
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("openrlhf is not installed: pip install --no-deps openrlhf==0.11.2")
+        raise RuntimeError(f"openrlhf is not installed: pip install --no-deps openrlhf=={VERSION}")
     return Path(next(iter(spec.submodule_search_locations))) / "cli" / "train_ppo_ray.py"
 
 
-def _loop_bindings(tree: ast.AST) -> dict[ast.AST, tuple[str, list[str]]]:
-    """For-loops over a literal tuple of strings, e.g. `for prefix in ("actor", "critic")`."""
-    bindings = {}
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.For)
-            and isinstance(node.target, ast.Name)
-            and isinstance(node.iter, ast.Tuple | ast.List)
-        ):
-            values = [e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-            for child in ast.walk(node):
-                bindings[child] = (node.target.id, values)
-    return bindings
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print and exit
+        raise ValueError(message)
 
 
-def _names(arg: ast.expr, binding: tuple[str, list[str]] | None) -> list[str]:
-    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-        return [arg.value]
-    if isinstance(arg, ast.JoinedStr) and binding is not None:
-        var, values = binding
-        out = []
-        for value in values:
-            parts = []
-            for piece in arg.values:
-                if isinstance(piece, ast.Constant):
-                    parts.append(str(piece.value))
-                elif (
-                    isinstance(piece, ast.FormattedValue)
-                    and isinstance(piece.value, ast.Name)
-                    and piece.value.id == var
-                ):
-                    parts.append(value)
-                else:
-                    return []
-            out.append("".join(parts))
-        return out
-    return []
+def _parser_statements(tree: ast.Module) -> list[ast.stmt]:
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            body = []
+            for stmt in node.body:
+                if "parse_args" in ast.unparse(stmt):
+                    return body
+                body.append(stmt)
+    raise RuntimeError("train_ppo_ray: no parser-building __main__ block found (OpenRLHF changed its layout)")
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or "."]
+    return [alias.name for alias in node.names]
+
+
+def _stdlib(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names
 
 
 @cache
-def parser_flags(path: str | None = None) -> dict[str, dict[str, Any]]:
-    """Flag name (without `--`) -> {"store_true": bool}, for every option of the parser."""
+def build_parser(path: str | None = None) -> argparse.ArgumentParser:
     source = Path(path) if path else _source_path()
     tree = ast.parse(source.read_text(encoding="utf-8"))
-    bindings = _loop_bindings(tree)
-    flags: dict[str, dict[str, Any]] = {}
-    for node in ast.walk(tree):
-        if not (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
-        ):
-            continue
-        action = next(
-            (k.value.value for k in node.keywords if k.arg == "action" and isinstance(k.value, ast.Constant)), None
-        )
-        for arg in node.args:
-            for name in _names(arg, bindings.get(node)):
-                if name.startswith("--"):
-                    flags[name[2:]] = {"store_true": action == "store_true", "store_false": action == "store_false"}
-    return flags
+    namespace: dict[str, Any] = {"argparse": argparse}
+    # The parser code may use the module's standard-library imports (datetime for a default run
+    # name); the others (ray, torch, openrlhf) are left out, which is the point of not importing it.
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom) and all(_stdlib(n) for n in _imported(node)):
+            exec(compile(ast.Module(body=[node], type_ignores=[]), str(source), "exec"), namespace)  # noqa: S102
+    module = ast.Module(body=_parser_statements(tree), type_ignores=[])
+    exec(compile(module, str(source), "exec"), namespace)  # noqa: S102 - OpenRLHF's own parser code
+    parser = namespace["parser"]
+    parser.__class__ = _RaisingParser
+    return parser
 
 
-def unknown_flags(names: Iterable[str], path: str | None = None) -> list[str]:
+def parser_flags(path: str | None = None) -> dict[str, argparse.Action]:
+    """Flag name (without `--`) -> its argparse action, for every option of the parser."""
+    return {opt[2:]: a for a in build_parser(path)._actions for opt in a.option_strings if opt.startswith("--")}
+
+
+def unknown_flags(names: Sequence[str] | Mapping[str, Any], path: str | None = None) -> list[str]:
     known = parser_flags(path)
     return [n for n in names if n not in known]
 
@@ -93,11 +83,11 @@ def render_flags(values: Mapping[str, Any], path: str | None = None) -> list[str
     """`--name value` arguments for the given flags; booleans become bare switches (or are left out)."""
     bad = unknown_flags(values, path)
     if bad:
-        raise ValueError(f"not flags of OpenRLHF's train_ppo_ray: {', '.join(bad)}")
+        raise ValueError(f"not flags of OpenRLHF {VERSION}'s train_ppo_ray: {', '.join(bad)}")
     known = parser_flags(path)
     args: list[str] = []
     for name, value in values.items():
-        if known[name]["store_true"] or isinstance(value, bool):
+        if isinstance(known[name], argparse._StoreTrueAction | argparse._StoreFalseAction) or isinstance(value, bool):
             if value is True:
                 args.append(f"--{name}")
             elif value not in (False, None):
@@ -109,3 +99,8 @@ def render_flags(values: Mapping[str, Any], path: str | None = None) -> list[str
         else:
             args += [f"--{name}", str(value)]
     return args
+
+
+def check_args(args: Sequence[str], path: str | None = None) -> argparse.Namespace:
+    """Parse a rendered command line with OpenRLHF's parser; ValueError names what it rejects."""
+    return build_parser(path).parse_args(list(args))

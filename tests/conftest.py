@@ -48,3 +48,13 @@ def fixtures() -> Path:
 
 def get(url: str) -> httpx.Response:
     return httpx.get(url, timeout=10)
+
+
+@pytest.fixture(scope="session")
+def mini_index(tmp_path_factory) -> Path:
+    """The quickstart's index over the bundled mini corpus, built once per test session."""
+    from search_backend.build_index import build
+
+    out = tmp_path_factory.mktemp("mini_index") / "index"
+    build(ROOT / "examples/mini_corpus.jsonl", "jsonl", out)
+    return out

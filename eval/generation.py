@@ -1,0 +1,181 @@
+"""Generation for evaluation: the text-level episode loop over an engine that is vLLM offline (GPU),
+any OpenAI-compatible completions endpoint (e.g. `vllm serve`), or Hugging Face transformers (CPU).
+
+Episodes advance turn by turn together: each turn generates for every active episode in one engine
+batch, then their searches go to the backend in one batch, through the same environment step as
+training (`rollout.environment`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from rollout.environment import Episode, SearchEnvironment
+from rollout.protocol import BEGIN_QUERY, END_QUERY
+
+
+@dataclass(frozen=True)
+class GenParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int | None = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    finish_reason: str  # "stop" (stop string or EOS) or "length"
+
+
+class TextEngine(Protocol):
+    async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]: ...
+
+
+def _close_open_query(text: str, finish_reason: str, stop_reason: Any = None) -> str:
+    """OpenAI-style APIs drop the stop string; put `<|end_of_query|>` back when generation stopped on it."""
+    if stop_reason == END_QUERY or (
+        finish_reason == "stop" and BEGIN_QUERY in text and END_QUERY not in text.rsplit(BEGIN_QUERY, 1)[1]
+    ):
+        return text + END_QUERY
+    return text
+
+
+class OpenAICompletionsEngine:
+    """POST {base_url}/completions, one request per prompt, all in flight together."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 600.0,
+        max_connections: int = 256,
+    ) -> None:
+        key = os.environ.get(api_key_env)
+        self.model = model
+        self.url = base_url.rstrip("/") + "/completions"
+        self._client = httpx.AsyncClient(
+            timeout=timeout_s,
+            headers={"Authorization": f"Bearer {key}"} if key else None,
+            limits=httpx.Limits(max_connections=max_connections),
+        )
+
+    async def _one(self, prompt: str, params: GenParams) -> Completion:
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stop": [END_QUERY],
+            "include_stop_str_in_output": True,  # vLLM's extension; others ignore it
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        resp = await self._client.post(self.url, json=body)
+        resp.raise_for_status()
+        choice = resp.json()["choices"][0]
+        reason = choice.get("finish_reason") or "stop"
+        text = _close_open_query(choice.get("text", ""), reason, choice.get("stop_reason"))
+        return Completion(text, "length" if reason == "length" else "stop")
+
+    async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
+        return list(await asyncio.gather(*(self._one(p, params) for p in prompts)))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class HFTextEngine:
+    """A transformers model on CPU (tests, small checks); prompts run one after the other."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        from rollout.engines import HFEngine
+
+        self.tokenizer = tokenizer
+        self.engine = HFEngine(model, tokenizer)
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> HFTextEngine:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        return cls(AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path))
+
+    async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
+        from rollout.engines import SamplingParams
+
+        out = []
+        for prompt in prompts:
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            sp = SamplingParams(
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_tokens,
+                stop=[END_QUERY],
+                include_stop_str_in_output=True,
+                seed=params.seed,
+            )
+            result = (await self.engine.generate(ids, sp)).outputs[0]
+            text = result.text
+            if self.tokenizer.eos_token and text.endswith(self.tokenizer.eos_token):
+                text = text[: -len(self.tokenizer.eos_token)]
+            out.append(Completion(text, result.finish_reason))
+        return out
+
+    async def aclose(self) -> None:
+        pass
+
+
+class VLLMEngine:
+    """vLLM offline on the GPU: one `LLM.generate` call per turn for every active episode."""
+
+    def __init__(self, model: str, **engine_args: Any) -> None:
+        from vllm import LLM
+
+        self.llm = LLM(model=model, **engine_args)
+
+    async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
+        from vllm import SamplingParams
+
+        sp = SamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            stop=[END_QUERY],
+            include_stop_str_in_output=True,
+            seed=params.seed,
+        )
+        outputs = await asyncio.to_thread(self.llm.generate, prompts, sp, use_tqdm=False)
+        return [Completion(o.outputs[0].text, o.outputs[0].finish_reason or "stop") for o in outputs]
+
+    async def aclose(self) -> None:
+        pass
+
+
+@dataclass
+class EpisodeResult:
+    episode: Episode
+    truncated: bool
+
+
+async def run_episodes(
+    engine: TextEngine, env: SearchEnvironment, prompts: list[str], labels: list[Any], params: GenParams
+) -> list[EpisodeResult]:
+    """Run every episode to its end: an answer, EOS, the segment cap, or the search cap. The number of
+    turns is bounded by the search cap, so no separate total budget is needed."""
+    episodes = [Episode(prompt=p, label=label) for p, label in zip(prompts, labels, strict=True)]
+    truncated = [False] * len(episodes)
+    active = list(range(len(episodes)))
+    while active:
+        completions = await engine.generate_batch([episodes[i].prompt + episodes[i].solution for i in active], params)
+        for i, c in zip(active, completions, strict=True):
+            truncated[i] = c.finish_reason == "length"
+        outcomes = await env.step_batch([episodes[i] for i in active], [c.text for c in completions])
+        active = [i for i, o in zip(active, outcomes, strict=True) if not o.done]
+    return [EpisodeResult(ep, t) for ep, t in zip(episodes, truncated, strict=True)]

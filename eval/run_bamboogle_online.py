@@ -1,0 +1,86 @@
+r"""Evaluate on Bamboogle with live web search (R1-Searcher's online setting), through a web-search API.
+
+    python eval/run_bamboogle_online.py --provider serper|brave|tavily|searxng|exa --model configs/models/X.yaml \
+        [--engine vllm|openai|hf] [--site en.wikipedia.org] [--fetch-pages [--summarize]] [--cache FILE] [--replay]
+
+API keys come from the environment: SERPER_API_KEY, BRAVE_API_KEY, TAVILY_API_KEY, EXA_API_KEY (SearXNG
+needs --provider-url or SEARXNG_URL). Every answer is cached (SQLite), so a run can be replayed exactly
+with --replay and no provider call. Bing's Web Search API, which R1-Searcher used, was retired in August
+2025. Output as eval/run_local.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+# Run as a script, Python puts eval/ first on sys.path, where its modules would shadow packages of
+# the same name; the project root takes its place.
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from pydantic import ValidationError  # noqa: E402
+
+from eval.records import RecordError  # noqa: E402
+from eval.runner import add_generation_args, run_all  # noqa: E402
+from rollout.config import ConfigError  # noqa: E402
+from search_backend.base import SearchError  # noqa: E402
+from search_backend.web import WebSearchBackend, WebSearchConfig  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="eval/run_bamboogle_online.py",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
+    p.add_argument("--provider", required=True, choices=["serper", "brave", "tavily", "searxng", "exa"])
+    p.add_argument("--provider-url", default=None, help="the provider's API base URL (SearXNG: your instance)")
+    p.add_argument("--dataset", default="bamboogle", help="bamboogle (default), or another dataset spec")
+    p.add_argument("--site", default="en.wikipedia.org", help="restrict results to a site; '' for the whole web")
+    p.add_argument("--fetch-pages", action="store_true", help="fetch each result page and use its main text")
+    p.add_argument("--summarize", action="store_true", help="summarise fetched pages with an LLM (gpt-4o-mini)")
+    p.add_argument("--summarizer-url", default="https://api.openai.com/v1")
+    p.add_argument("--summarizer-model", default="gpt-4o-mini")
+    p.add_argument("--cache", type=Path, default=Path("runs/web_cache.sqlite"), help="SQLite cache of answers")
+    p.add_argument("--replay", action="store_true", help="answer searches only from the cache (no provider call)")
+    p.add_argument("--rate-limit", type=float, default=1.0, help="provider requests per second")
+    add_generation_args(p)
+    args = p.parse_args(argv)
+    try:
+        config = WebSearchConfig(
+            provider=args.provider,
+            base_url=args.provider_url,
+            site=args.site or None,
+            top_k=args.top_k,
+            fetch_pages=args.fetch_pages,
+            summarize=args.summarize,
+            summarizer_base_url=args.summarizer_url,
+            summarizer_model=args.summarizer_model,
+            cache_path=args.cache,
+            replay_only=args.replay,
+            rate_limit_per_s=args.rate_limit,
+        )
+        backend = WebSearchBackend.from_config(config)
+        extra = {
+            "search": {
+                "provider": args.provider,
+                "site": config.site,
+                "fetch_pages": args.fetch_pages,
+                "summarize": args.summarize,
+                "replay": args.replay,
+            }
+        }
+        run_all([args.dataset], args, backend, extra)
+    except ValidationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (ConfigError, RecordError, SearchError, ValueError) as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+r"""Evaluate on HotpotQA, 2Wiki, MuSiQue and Bamboogle with a local search backend (R1-Searcher's protocol).
+
+    python eval/run_local.py --dataset hotpotqa,2wiki,musique,bamboogle --model configs/models/X.yaml \
+        [--engine vllm|openai|hf] [--index DIR | --search-url URL | --search CONFIG.yaml] [--limit N]
+
+Writes per dataset `<name>.jsonl` (question, gold, trajectory, answer, searches, metrics) and
+`<name>.summary.json`, plus `results.md` and `results.png` across datasets. Re-running with the same
+--out resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# Run as a script, Python puts eval/ first on sys.path, where its modules would shadow packages of
+# the same name; the project root takes its place.
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from eval.records import RecordError  # noqa: E402
+from eval.runner import add_generation_args, run_all  # noqa: E402
+from rollout.config import ConfigError, load  # noqa: E402
+from search_backend.config import SearchConfig, open_backend  # noqa: E402
+
+
+def search_config(args: argparse.Namespace) -> SearchConfig:
+    if args.search:
+        raw = load(SearchConfig, args.search)
+        return raw
+    if args.index:
+        return SearchConfig(backend="local", index_dir=Path(args.index), device=args.device)
+    return SearchConfig(backend="http", urls=args.search_url)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="eval/run_local.py",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help="comma-separated: hotpotqa, 2wiki, musique, bamboogle (bundled), hf:NAME[:SPLIT], or a JSONL path",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--index", help="a local index directory (search_backend.build_index)")
+    src.add_argument("--search-url", default="http://127.0.0.1:8002", help="retrieval server(s), comma-separated")
+    src.add_argument("--search", help="a YAML file holding a search config (backend, urls or index_dir, ...)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="for --index")
+    add_generation_args(p)
+    args = p.parse_args(argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        backend = open_backend(search_config(args))
+        run_all([d.strip() for d in args.dataset.split(",") if d.strip()], args, backend)
+    except (ConfigError, RecordError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Start the retrieval and reward servers in the background, with logs and pid files, and wait
+# until both answer /health.
+#   launch/start_servers.sh --index DIR [--stage stage1|stage2] [--search-port 8002] [--reward-port 8001]
+#                           [--host 127.0.0.1] [--run-dir runs/servers]
+#   launch/start_servers.sh stop [--run-dir runs/servers]
+# Extra `key=value` arguments are reward-spec overrides for the reward server.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SEARCHRL_VENV:-$ROOT/.venv}"
+PY="python3"; [ -x "$VENV/bin/python" ] && PY="$VENV/bin/python"
+STAGE=stage1 INDEX="" SEARCH_PORT=8002 REWARD_PORT=8001 HOST=127.0.0.1 RUN_DIR="$ROOT/runs/servers" ACTION=start
+OVERRIDES=()
+usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    stop) ACTION=stop ;;
+    --index) INDEX="$2"; shift ;;
+    --stage) STAGE="$2"; shift ;;
+    --search-port) SEARCH_PORT="$2"; shift ;;
+    --reward-port) REWARD_PORT="$2"; shift ;;
+    --host) HOST="$2"; shift ;;
+    --run-dir) RUN_DIR="$2"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *=*) OVERRIDES+=("$1") ;;
+    *) echo "error: unknown argument $1" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+mkdir -p "$RUN_DIR"
+
+stop_one() {
+  local pidfile="$RUN_DIR/$1.pid"
+  if [ -f "$pidfile" ]; then
+    kill "$(cat "$pidfile")" 2>/dev/null && echo "[servers] stopped $1 (pid $(cat "$pidfile"))" || true
+    rm -f "$pidfile"
+  fi
+}
+if [ "$ACTION" = stop ]; then stop_one retrieval; stop_one reward; exit 0; fi
+
+case "$STAGE" in
+  stage1) CONFIG="$ROOT/configs/stages/stage1_format.yaml" ;;
+  stage2) CONFIG="$ROOT/configs/stages/stage2_answer.yaml" ;;
+  *) echo "error: --stage must be stage1 or stage2, got $STAGE" >&2; exit 2 ;;
+esac
+[ -n "$INDEX" ] || { echo "error: --index DIR is required (build one with python -m search_backend.build_index)" >&2; exit 2; }
+[ -f "$INDEX/manifest.json" ] || { echo "error: --index $INDEX has no manifest.json (an unfinished build?)" >&2; exit 2; }
+
+cd "$ROOT"
+start_one() {  # name port command...
+  local name="$1" port="$2"; shift 2
+  stop_one "$name"
+  nohup "$@" --host "$HOST" --port "$port" >>"$RUN_DIR/$name.log" 2>&1 &
+  echo $! >"$RUN_DIR/$name.pid"
+  echo "[servers] $name: pid $!, http://$HOST:$port, log $RUN_DIR/$name.log"
+}
+start_one retrieval "$SEARCH_PORT" "$PY" -m search_backend.serve --index "$INDEX"
+start_one reward "$REWARD_PORT" "$PY" -m reward_server --config "$CONFIG" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
+
+wait_health() {  # name port
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$(cat "$RUN_DIR/$1.pid")" 2>/dev/null; then
+      echo "error: $1 exited; last log lines:" >&2; tail -n 20 "$RUN_DIR/$1.log" >&2; exit 1
+    fi
+    "$PY" -c "import httpx,sys; sys.exit(httpx.get('http://$HOST:$2/health', timeout=2).status_code != 200)" \
+      2>/dev/null && { echo "[servers] $1 healthy"; return 0; }
+    sleep 0.5
+  done
+  echo "error: $1 did not answer /health within 300 s; see $RUN_DIR/$1.log" >&2; exit 1
+}
+wait_health retrieval "$SEARCH_PORT"
+wait_health reward "$REWARD_PORT"

@@ -1,0 +1,105 @@
+"""The search environment step, one implementation shared by training (the OpenRLHF agent) and evaluation.
+
+A segment that stops on `<|end_of_query|>` is a search: the query is sent to the backend and the
+documents block comes back as feedback (outside the action, so never trained on). Anything else
+ends the episode, and the reward server scores the whole text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.config import EpisodeConfig
+from rollout.protocol import format_documents, last_query
+from rollout.reward_client import RewardClient, RewardResult
+from search_backend.base import SearchBackend, SearchError, r1_text
+
+SEARCH_FAILED = "The search failed ({reason}); no documents are available for this query."
+NOTHING_FOUND = "No documents were found for this query."
+
+
+@dataclass
+class Episode:
+    """What the environment knows of one episode; the metadata it reports comes from here."""
+
+    prompt: str
+    label: Any
+    solution: str = ""
+    queries: list[str] = field(default_factory=list)
+    num_searches: int = 0
+    search_errors: int = 0
+    search_seconds: float = 0.0
+    capped: bool = False
+
+    def metadata(self) -> dict[str, Any]:
+        return {"num_searches": self.num_searches, "search_errors": self.search_errors}
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    feedback: str
+    done: bool
+    query: str | None = None
+
+
+class SearchEnvironment:
+    def __init__(self, search: SearchBackend, episode: EpisodeConfig) -> None:
+        self.search = search
+        self.config = episode
+
+    async def step(self, ep: Episode, action_text: str) -> StepOutcome:
+        """Append the action; search when it asks for one, otherwise end the episode."""
+        return (await self.step_batch([ep], [action_text]))[0]
+
+    async def step_batch(self, episodes: list[Episode], actions: list[str]) -> list[StepOutcome]:
+        """One step of several episodes; their searches go to the backend as one batch."""
+        outcomes: list[StepOutcome | None] = [None] * len(episodes)
+        searching: list[int] = []
+        for i, (ep, action) in enumerate(zip(episodes, actions, strict=True)):
+            ep.solution += action
+            query = last_query(action)
+            if query is None:
+                outcomes[i] = StepOutcome(feedback="", done=True)
+            elif ep.num_searches >= self.config.max_searches:
+                # Over budget: the episode ends with the query unanswered, which the format rules penalise.
+                ep.capped = True
+                outcomes[i] = StepOutcome(feedback="", done=True, query=query)
+            else:
+                ep.queries.append(query)
+                ep.num_searches += 1
+                searching.append(i)
+        if searching:
+            queries = [episodes[i].queries[-1] for i in searching]
+            t0 = time.perf_counter()
+            try:
+                results = await self.search.search(queries, self.config.top_k)
+                texts = [[r1_text(p) for p in found] or [NOTHING_FOUND] for found in results]
+                failed = False
+            except SearchError as e:
+                # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
+                texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
+                failed = True
+            elapsed = time.perf_counter() - t0
+            for i, docs in zip(searching, texts, strict=True):
+                ep = episodes[i]
+                ep.search_errors += failed
+                ep.search_seconds += elapsed
+                feedback = format_documents(docs)
+                ep.solution += feedback
+                outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1])
+        return [o for o in outcomes if o is not None]
+
+    @staticmethod
+    async def finish(ep: Episode, rewards: RewardClient) -> RewardResult:
+        """Score the finished episode; the environment's own figures join the reward's components."""
+        result = await rewards.score(ep.prompt + ep.solution, ep.prompt, ep.label, ep.metadata())
+        logs = dict(result.extra_logs)
+        logs.update(
+            num_searches=float(ep.num_searches),
+            search_errors=float(ep.search_errors),
+            search_latency_ms=1000.0 * ep.search_seconds / ep.num_searches if ep.num_searches else 0.0,
+            search_capped=float(ep.capped),
+        )
+        return RewardResult(result.reward, result.score, logs)

@@ -1,0 +1,53 @@
+"""A tiny policy for CPU runs: a byte-level BPE tokenizer trained on the given texts and a small
+random Llama built from a config. Nothing is downloaded; the same code paths as a real model run.
+
+Byte-level BPE round-trips any text exactly, which the replay engine relies on when it reads the
+observation back from token ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rollout.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE
+
+PROTOCOL_TOKENS = [BEGIN_QUERY, END_QUERY, BEGIN_DOCS, END_DOCS, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
+
+
+def build_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<pad>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(texts), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>")
+    # Protocol tags as single tokens, like the added tokens of a real search-tuned model.
+    fast.add_tokens(PROTOCOL_TOKENS)
+    return fast
+
+
+def build_model(vocab_size: int, seed: int = 0) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config).eval()

@@ -1,0 +1,41 @@
+"""The search interface every backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    id: str
+    title: str
+    text: str
+    score: float
+
+    def to_dict(self) -> dict[str, str | float]:
+        return {"id": self.id, "title": self.title, "text": self.text, "score": self.score}
+
+
+class SearchError(RuntimeError):
+    """A search could not be answered (server unreachable after every retry, or it refused the request)."""
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
+        """Best-first passages for each query, one list per query in input order."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def normalise_query(query: str) -> str:
+    # Whitespace runs never change a WordPiece/SentencePiece tokenisation, so collapsing them is a safe cache key.
+    return " ".join(query.split())
+
+
+def r1_text(passage: Passage) -> str:
+    """A passage as R1-Searcher's trained models saw it in their documents: `Title: <title> Text: <text>`,
+    or the text alone when there is no title (corpora like kiltmini carry that prefix in the text)."""
+    return f"Title: {passage.title} Text: {passage.text}" if passage.title else passage.text

@@ -1,0 +1,47 @@
+"""Backend selection: a pydantic config and a plain name -> class dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from search_backend.base import SearchBackend
+from search_backend.http_client import HttpSearchBackend
+from search_backend.local_faiss import LocalFaissBackend
+from search_backend.web import WebSearchBackend, WebSearchConfig
+
+
+class SearchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "http", "web"] = "http"
+    index_dir: Path | None = None
+    model: str | None = Field(default=None, description="must match the index manifest's model when set")
+    device: Literal["cpu", "cuda"] = "cpu"
+    nprobe: int | None = Field(default=64, ge=1)
+    ef_search: int | None = Field(default=128, ge=1)
+    urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8002"])
+    timeout_s: float = Field(default=30.0, gt=0)
+    retries: int = Field(default=3, ge=0)
+    backoff_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=8.0, ge=0)
+    token_env: str = "SEARCHRL_SEARCH_TOKEN"
+    web: WebSearchConfig | None = Field(default=None, description="the web-search settings, for backend: web")
+
+    @field_validator("urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+
+BACKENDS: dict[str, type] = {"local": LocalFaissBackend, "http": HttpSearchBackend, "web": WebSearchBackend}
+
+
+def open_backend(config: SearchConfig) -> SearchBackend:
+    # The web backend keeps its many options in a section of its own; the others read the top level.
+    settings = (config.web or WebSearchConfig()) if config.backend == "web" else config
+    return BACKENDS[config.backend].from_config(settings)

@@ -1,0 +1,61 @@
+"""Sentence-transformers encoder that applies a model profile's instructions and normalisation."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from search_backend.profiles import DEFAULT_MODEL, ModelProfile, profile_for, resolve_model
+
+log = logging.getLogger(__name__)
+
+
+class Encoder:
+    def __init__(self, model: str = DEFAULT_MODEL, device: str = "cpu", profile: ModelProfile | None = None,
+                 max_seq_length: int | None = None) -> None:
+        path = resolve_model(model)
+        if path != model or os.path.isdir(path):
+            # A local copy must never trigger a hub look-up: these machines have no route to it.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        self.model_name = model
+        self.profile = profile or profile_for(model)
+        self.device = device
+        self.model = SentenceTransformer(path, device=device)
+        if max_seq_length:
+            self.model.max_seq_length = max_seq_length
+        # sentence-transformers 6 renamed the method; 3.x-5.x only have the old name.
+        get_dimension = getattr(self.model, "get_embedding_dimension", None)
+        get_dimension = get_dimension or self.model.get_sentence_embedding_dimension
+        self.dimension = int(get_dimension())
+        self._check_pooling()
+
+    def _check_pooling(self) -> None:
+        for module in self.model:
+            if type(module).__name__ != "Pooling":
+                continue
+            config = module.get_config_dict()
+            # sentence-transformers >= 6 names the mode; older releases set one boolean flag per mode.
+            mode = config.get("pooling_mode") or ("cls" if config.get("pooling_mode_cls_token") else "mean")
+            if mode != self.profile.pooling:
+                log.warning("model %s pools by %s but profile %s expects %s", self.model_name, mode,
+                            self.profile.name, self.profile.pooling)
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        vectors = self.model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
+                                    normalize_embeddings=self.profile.normalize, show_progress_bar=False)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode_queries(self, queries: list[str], batch_size: int = 64) -> np.ndarray:
+        return self._encode([self.profile.query_instruction + q for q in queries], batch_size)
+
+    def encode_passages(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        return self._encode([self.profile.passage_instruction + t for t in texts], batch_size)
+
+
+def passage_text(title: str, text: str) -> str:
+    """What gets embedded for a passage: the title line (when there is one) then the text."""
+    return f"{title}\n{text}" if title else text

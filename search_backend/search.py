@@ -1,0 +1,46 @@
+"""One-shot search over a local index: one JSON line per query (`query`, `results`, best first)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m search_backend.search", description=__doc__)
+    p.add_argument("--index", required=True, help="index directory made by search_backend.build_index")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--query", help="one query")
+    source.add_argument("--queries", type=Path, help="text file, one query per line")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="JSON lines (default: readable text)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--nprobe", type=int, default=64)
+    p.add_argument("--ef-search", type=int, default=128)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from search_backend.local_faiss import LocalFaissBackend
+
+    if args.query is not None:
+        queries = [args.query]
+    else:
+        queries = [line.strip() for line in args.queries.read_text(encoding="utf-8").splitlines() if line.strip()]
+    backend = LocalFaissBackend(args.index, device=args.device, nprobe=args.nprobe, ef_search=args.ef_search)
+    for query, hits in zip(queries, backend.search_sync(queries, args.top_k), strict=True):
+        if args.json:
+            print(json.dumps({"query": query, "results": [p.to_dict() for p in hits]}, ensure_ascii=False))
+        else:
+            print(f"# {query}")
+            for rank, p in enumerate(hits, start=1):
+                print(f"{rank}. [{p.score:.4f}] {p.id} {p.title}: {p.text[:160]}")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

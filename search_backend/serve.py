@@ -1,0 +1,266 @@
+"""Retrieval HTTP server: POST /search, R1-Searcher's POST /queries, Search-R1's POST /retrieve, GET /health."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from rollout.asgi_limits import BodyLimit
+from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
+from search_backend.batching import MicroBatcher
+from search_backend.cache import ResultCache
+
+log = logging.getLogger("search_backend.serve")
+TOKEN_ENV = "SEARCHRL_SEARCH_TOKEN"
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index_dir: Path | None = None
+    model: str | None = None
+    device: Literal["cpu", "cuda"] = "cpu"
+    nprobe: int | None = Field(default=64, ge=1)
+    ef_search: int | None = Field(default=128, ge=1)
+    batching: bool = True
+    max_batch: int = Field(default=64, ge=1)
+    max_wait_ms: float = Field(default=2.0, ge=0)
+    cache_size: int = Field(default=100_000, ge=0)
+    max_top_k: int = Field(default=100, ge=1)
+    max_queries: int = Field(default=1024, ge=1)
+    max_body_bytes: int = Field(default=1 << 20, ge=1)
+    token: str | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
+    threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
+
+
+class InvalidRequest(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class Unauthorized(PermissionError):
+    """No bearer token, or the wrong one, while the server requires one."""
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    queries: list[StrictStr]
+    top_k: StrictInt = 3
+
+
+class R1Request(BaseModel):
+    queries: list[StrictStr]
+    k: StrictInt = 3
+
+
+class RetrieveRequest(BaseModel):
+    queries: list[StrictStr]
+    topk: StrictInt = 3
+    return_scores: StrictBool = False
+
+
+def format_r1(passage: Passage) -> str:
+    return r1_text(passage)
+
+
+def format_search_r1(passage: Passage) -> dict[str, str]:
+    """Search-R1's document: `contents` is the quoted title, a newline, then the text."""
+    return {"id": passage.id, "contents": f'"{passage.title}"\n{passage.text}'}
+
+
+class SearchService:
+    """Cache in front of the (optionally micro-batched) backend."""
+
+    def __init__(self, backend: SearchBackend, config: ServerConfig) -> None:
+        self.backend = backend
+        self.config = config
+        self.cache = ResultCache(config.cache_size)
+        self.version = getattr(backend, "version", "")
+        self.batcher = (MicroBatcher(backend.search, config.max_batch, config.max_wait_ms / 1000)
+                        if config.batching else None)
+
+    def validate(self, queries: list[str], top_k: int, queries_field: str, k_field: str) -> None:
+        if not queries:
+            raise InvalidRequest(queries_field, "must hold at least one query")
+        if len(queries) > self.config.max_queries:
+            raise InvalidRequest(queries_field, f"{len(queries)} queries is over the limit of "
+                                                f"{self.config.max_queries}")
+        for i, query in enumerate(queries):
+            if not query.strip():
+                raise InvalidRequest(f"{queries_field}.{i}", "empty query")
+        if not 1 <= top_k <= self.config.max_top_k:
+            raise InvalidRequest(k_field, f"must be between 1 and {self.config.max_top_k}, got {top_k}")
+
+    async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
+        keys = [(normalise_query(q), top_k, self.version) for q in queries]
+        results: list[list[Passage] | None] = [self.cache.get(k) for k in keys]
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            run = self.batcher.search if self.batcher else self.backend.search
+            found = await run([queries[i] for i in missing], top_k)
+            for i, hits in zip(missing, found, strict=True):
+                results[i] = hits
+                self.cache.put(keys[i], hits)
+        return results  # type: ignore[return-value]
+
+    def health(self) -> dict:
+        return {
+            "status": "ok",
+            "manifest": getattr(self.backend, "manifest", None),
+            "index_version": self.version,
+            "cache": self.cache.stats(),
+            "batching": self.batcher.stats() if self.batcher else {"enabled": False},
+        }
+
+
+async def guarded_service(request: Request) -> SearchService:
+    """The app's service, once the bearer token (when the server has one) checks out."""
+    token = request.app.state.token
+    given = request.headers.get("authorization", "").encode()
+    if token is not None and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+        raise Unauthorized("Authorization: missing or wrong bearer token")
+    return request.app.state.service
+
+
+Guarded = Annotated[SearchService, Depends(guarded_service)]
+
+
+def set_cpu_threads(threads: int) -> None:
+    """Cap torch's and FAISS's CPU thread pools, leaving a core for the event loop on small machines."""
+    import faiss
+    import torch
+
+    torch.set_num_threads(threads)
+    faiss.omp_set_num_threads(threads)
+
+
+def _field_of(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> FastAPI:
+    """The server app; its lifespan opens the local index (unless a backend is given) and the batcher."""
+    # An explicit empty token turns auth off even when the environment variable is set.
+    token = (config.token if config.token is not None else os.environ.get(TOKEN_ENV)) or None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = backend is None
+        if config.threads:
+            set_cpu_threads(config.threads)
+        active = backend
+        if active is None:
+            from search_backend.local_faiss import LocalFaissBackend
+
+            if config.index_dir is None:
+                raise ValueError("index_dir: required when no backend is given")
+            active = await asyncio.to_thread(LocalFaissBackend, config.index_dir, model=config.model,
+                                             device=config.device, nprobe=config.nprobe, ef_search=config.ef_search)
+        service = SearchService(active, config)
+        if service.batcher:
+            service.batcher.start()
+        app.state.service = service
+        app.state.token = token
+        try:
+            yield
+        finally:
+            if service.batcher:
+                await service.batcher.stop()
+            if owned:
+                await active.aclose()
+
+    app = FastAPI(title="searchrl retrieval server", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
+        field = _field_of(tuple(first.get("loc", ())))
+        return JSONResponse(status_code=422, content={"detail": f"{field}: {first.get('msg')}", "field": field})
+
+    @app.exception_handler(InvalidRequest)
+    async def _bad_value(request: Request, exc: InvalidRequest) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": str(exc), "field": exc.field})
+
+    @app.exception_handler(Unauthorized)
+    async def _denied(request: Request, exc: Unauthorized) -> JSONResponse:
+        return JSONResponse(status_code=401, content={"detail": str(exc), "field": "Authorization"})
+
+    @app.get("/health")
+    async def health(request: Request) -> dict:
+        return request.app.state.service.health()
+
+    @app.post("/search")
+    async def search(body: SearchRequest, service: Guarded) -> dict:
+        service.validate(body.queries, body.top_k, "queries", "top_k")
+        results = await service.search(body.queries, body.top_k)
+        return {"results": [[p.to_dict() for p in hits] for hits in results]}
+
+    @app.post("/queries")
+    async def r1_queries(body: R1Request, service: Guarded) -> dict:
+        service.validate(body.queries, body.k, "queries", "k")
+        results = await service.search(body.queries, body.k)
+        return {"queries": body.queries, "answers": [[format_r1(p) for p in hits] for hits in results]}
+
+    @app.post("/retrieve")
+    async def retrieve(body: RetrieveRequest, service: Guarded) -> dict:
+        service.validate(body.queries, body.topk, "queries", "topk")
+        results = await service.search(body.queries, body.topk)
+        if body.return_scores:
+            return {"result": [[{"document": format_search_r1(p), "score": p.score} for p in hits]
+                               for hits in results]}
+        return {"result": [[format_search_r1(p) for p in hits] for hits in results]}
+
+    return app
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m search_backend.serve", description=__doc__)
+    p.add_argument("--index", required=True, help="index directory made by search_backend.build_index")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+    p.add_argument("--port", type=int, default=8002)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--nprobe", type=int, default=64, help="IVF lists probed per query")
+    p.add_argument("--ef-search", type=int, default=128, help="HNSW search breadth")
+    p.add_argument("--no-batching", action="store_true", help="run each request on its own")
+    p.add_argument("--max-batch", type=int, default=64, help="most queries coalesced into one batch")
+    p.add_argument("--max-wait-ms", type=float, default=2.0, help="longest a batch waits for more requests")
+    p.add_argument("--cache-size", type=int, default=100_000, help="LRU result-cache entries (0: off)")
+    p.add_argument("--max-top-k", type=int, default=100)
+    p.add_argument("--max-queries", type=int, default=1024, help="most queries in one request")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--threads", type=int, default=None, help="torch and FAISS CPU threads (default: theirs)")
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    config = ServerConfig(index_dir=args.index, device=args.device, nprobe=args.nprobe, ef_search=args.ef_search,
+                          batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                          cache_size=args.cache_size, max_top_k=args.max_top_k, max_queries=args.max_queries,
+                          max_body_bytes=args.max_body_bytes, threads=args.threads)
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

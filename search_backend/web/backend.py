@@ -1,0 +1,225 @@
+"""WebSearchBackend: the search interface over a web search API, with cache, rate limit, retries, fetch, summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from typing import Any
+
+import httpx
+
+from search_backend.base import Passage, normalise_query
+from search_backend.web.brave import BraveProvider
+from search_backend.web.cache import WebCache, cache_key
+from search_backend.web.config import WebSearchConfig
+from search_backend.web.errors import (
+    CacheMissError,
+    FetchError,
+    FetchRefusedError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderRefusedError,
+)
+from search_backend.web.exa import ExaProvider
+from search_backend.web.fetch import FetchPolicy, fetch_page
+from search_backend.web.provider import Hit, Provider
+from search_backend.web.ratelimit import TokenBucket
+from search_backend.web.retry import RetryableError, parse_retry_after, with_retries
+from search_backend.web.searxng import SearxngProvider
+from search_backend.web.serper import SerperProvider
+from search_backend.web.summarize import INSTRUCTION, Summarizer
+from search_backend.web.tavily import TavilyProvider
+
+log = logging.getLogger(__name__)
+
+PROVIDERS: dict[str, type[Provider]] = {
+    "serper": SerperProvider,
+    "brave": BraveProvider,
+    "tavily": TavilyProvider,
+    "searxng": SearxngProvider,
+    "exa": ExaProvider,
+}
+
+
+class _Malformed(RetryableError):
+    """A body that is not the provider's documented JSON; retried, then reported as MalformedResponseError."""
+
+
+class WebSearchBackend:
+    def __init__(self, provider: Provider, *, site: str | None = None, top_k: int = 3, fetch_pages: bool = False,
+                 fetch_policy: FetchPolicy | None = None, max_page_chars: int = 3000, max_concurrent_fetches: int = 8,
+                 summarizer: Summarizer | None = None, cache: WebCache | None = None, replay_only: bool = False,
+                 rate_limit_per_s: float | None = 1.0, rate_limit_burst: int = 1, retries: int = 3,
+                 backoff_s: float = 0.5, backoff_max_s: float = 8.0, retry_after_max_s: float = 60.0,
+                 timeout_s: float = 30.0) -> None:
+        if summarizer is not None and not fetch_pages:
+            raise ValueError("summarizer: needs fetch_pages=True")
+        if replay_only and cache is None:
+            raise ValueError("replay_only: needs a cache")
+        self.provider = provider
+        self.site = site
+        self.top_k = top_k
+        self.fetch_pages = fetch_pages
+        self.fetch_policy = fetch_policy or FetchPolicy()
+        self.max_page_chars = max_page_chars
+        self.summarizer = summarizer
+        self.cache = cache
+        self.replay_only = replay_only
+        self.provider_calls = 0
+        self._retry = {"retries": retries, "backoff_s": backoff_s, "backoff_max_s": backoff_max_s,
+                       "retry_after_max_s": retry_after_max_s}
+        self._bucket = TokenBucket(rate_limit_per_s, rate_limit_burst)
+        # One bound for fetches and summaries alike: a large batch must not open hundreds of pages or LLM calls.
+        self._page_slots = asyncio.Semaphore(max_concurrent_fetches)
+        self._inflight: dict[str, asyncio.Future[list[Passage]]] = {}
+        # Keys travel per request, never as client defaults, so the page client below can never send one.
+        self._api = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
+        self._pages = httpx.AsyncClient(timeout=httpx.Timeout(self.fetch_policy.timeout_s), trust_env=False,
+                                        follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0))
+
+    @classmethod
+    def from_config(cls, config: WebSearchConfig) -> WebSearchBackend:
+        provider = PROVIDERS[config.provider].from_env(config.base_url, config.api_key_env,
+                                                       require_key=not config.replay_only)
+        summarizer = None
+        if config.summarize:
+            summarizer = Summarizer(config.summarizer_base_url, config.summarizer_model,
+                                    os.environ.get(config.summarizer_api_key_env),
+                                    key_env=config.summarizer_api_key_env, timeout_s=config.timeout_s,
+                                    retries=config.retries, backoff_s=config.backoff_s,
+                                    backoff_max_s=config.backoff_max_s, retry_after_max_s=config.retry_after_max_s)
+        policy = FetchPolicy(max_bytes=config.fetch_max_bytes, timeout_s=config.fetch_timeout_s,
+                             max_redirects=config.fetch_max_redirects, allow_private=config.allow_private)
+        return cls(provider, site=config.site, top_k=config.top_k, fetch_pages=config.fetch_pages,
+                   fetch_policy=policy, max_page_chars=config.max_page_chars,
+                   max_concurrent_fetches=config.max_concurrent_fetches, summarizer=summarizer,
+                   cache=WebCache(config.cache_path) if config.cache_path else None,
+                   replay_only=config.replay_only, rate_limit_per_s=config.rate_limit_per_s,
+                   rate_limit_burst=config.rate_limit_burst, retries=config.retries, backoff_s=config.backoff_s,
+                   backoff_max_s=config.backoff_max_s, retry_after_max_s=config.retry_after_max_s,
+                   timeout_s=config.timeout_s)
+
+    def cache_options(self, top_k: int) -> dict[str, Any]:
+        """Everything besides provider and query that changes an answer; the cache key is built from it."""
+        options: dict[str, Any] = {"site": self.site, "count": top_k, "fetch": self.fetch_pages,
+                                   "summarize": self.summarizer is not None, "model": None}
+        if self.fetch_pages and self.summarizer is None:
+            options["max_page_chars"] = self.max_page_chars
+        if self.summarizer is not None:
+            options["model"] = self.summarizer.model
+            options["instruction"] = hashlib.sha256(INSTRUCTION.encode()).hexdigest()[:16]
+        return options
+
+    async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
+        return list(await asyncio.gather(*(self._search_one(q, top_k) for q in queries)))
+
+    async def _search_one(self, raw_query: str, top_k: int) -> list[Passage]:
+        query = normalise_query(raw_query)
+        if not query:
+            return []
+        options = self.cache_options(top_k)
+        key = cache_key(self.provider.name, query, options)
+        if self.cache is not None and (cached := self.cache.get(key)) is not None:
+            return cached.passages
+        if self.replay_only:
+            raise CacheMissError(f"replay_only: no cached {self.provider.name} answer for {query!r} with {options}")
+        # Identical queries in flight at once share one provider call, so a batch never pays twice either.
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(self._answer(query, top_k, key, options))
+            self._inflight[key] = task
+            task.add_done_callback(lambda _: self._inflight.pop(key, None))
+        return list(await asyncio.shield(task))
+
+    async def _answer(self, query: str, top_k: int, key: str, options: dict[str, Any]) -> list[Passage]:
+        hits: dict[str, Hit] = {}
+        for hit in await self._ask_provider(query, top_k):
+            hits.setdefault(hit.url, hit)
+        passages, cacheable = await self._passages(query, list(hits.values())[:top_k])
+        if self.cache is not None and cacheable:
+            self.cache.put(key, self.provider.name, query, options, passages)
+        return passages
+
+    def _redact(self, text: str) -> str:
+        for secret in self.provider.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    async def _ask_once(self, query: str, top_k: int) -> list[Hit]:
+        request = self.provider.request(query, top_k, self.site, self.fetch_pages)
+        name = self.provider.name
+        await self._bucket.acquire()
+        self.provider_calls += 1
+        try:
+            response = await self._api.request(request.method, request.url, headers=request.headers,
+                                                params=request.params, json=request.json)
+        except httpx.HTTPError as exc:
+            raise RetryableError(f"{name}: {type(exc).__name__} talking to {self.provider.base_url}") from None
+        if response.status_code == 429 or response.status_code >= 500:
+            raise RetryableError(f"{name}: HTTP {response.status_code}",
+                                 parse_retry_after(response.headers.get("retry-after")))
+        if response.status_code >= 400:
+            raise ProviderRefusedError(f"{name} refused the request: HTTP {response.status_code}"
+                                       f"{self.provider.refusal_hint(response.status_code)}: "
+                                       f"{self._redact(response.text[:300])}")
+        try:
+            return self.provider.parse(response.json())
+        except ValueError as exc:
+            raise _Malformed(f"{name}: response is not JSON ({type(exc).__name__})") from None
+        except MalformedResponseError as exc:
+            raise _Malformed(f"{name}: {exc}") from None
+
+    async def _ask_provider(self, query: str, top_k: int) -> list[Hit]:
+        try:
+            return await with_retries(lambda: self._ask_once(query, top_k), **self._retry)
+        except _Malformed as exc:
+            raise MalformedResponseError(f"{exc} (after {self._retry['retries'] + 1} tries)") from None
+        except RetryableError as exc:
+            raise ProviderError(f"{exc} (after {self._retry['retries'] + 1} tries)") from None
+
+    async def _passages(self, query: str, hits: list[Hit]) -> tuple[list[Passage], bool]:
+        texts: list[tuple[str, bool]] = [(hit.text, True) for hit in hits]
+        if self.fetch_pages:
+            texts = list(await asyncio.gather(*(self._page_text(query, hit) for hit in hits)))
+        passages = [Passage(hit.url, hit.title, text, hit.score if hit.score is not None else 1.0 / (rank + 1))
+                    for rank, (hit, (text, _)) in enumerate(zip(hits, texts, strict=True))]
+        if all(hit.score is not None for hit in hits):
+            passages.sort(key=lambda p: -p.score)
+        return passages, all(ok for _, ok in texts)
+
+    async def _page_text(self, query: str, hit: Hit) -> tuple[str, bool]:
+        """The text to show for `hit` and whether the answer may be cached (a failed fetch shows the snippet)."""
+        page_text = hit.page_text
+        if page_text is None:
+            try:
+                async with self._page_slots:
+                    page_text = (await fetch_page(self._pages, hit.url, self.fetch_policy)).text
+            except FetchRefusedError as exc:
+                log.info("%s", exc)
+                return hit.text, True
+            except FetchError as exc:
+                log.warning("%s; using the snippet, and not caching this answer", exc)
+                return hit.text, False
+        if not page_text.strip():
+            return hit.text, True
+        if self.summarizer is None:
+            return page_text[: self.max_page_chars], True
+        async with self._page_slots:
+            summary = await self.summarizer.summarize(query, hit.title, page_text)
+        return (summary if summary is not None else hit.text), True
+
+    async def aclose(self) -> None:
+        await self._api.aclose()
+        await self._pages.aclose()
+        if self.summarizer is not None:
+            await self.summarizer.aclose()
+        if self.cache is not None:
+            self.cache.close()
+
+    async def __aenter__(self) -> WebSearchBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

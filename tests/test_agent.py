@@ -1,0 +1,201 @@
+"""Episodes through OpenRLHF 0.11.2's own agent loop (openrlhf.utils.agent), a tiny transformer,
+a real retrieval server over a real FAISS index, and a real reward server, all on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+import torch
+
+from reward_server.app import ServerSettings, create_app
+from rollout.agent import Runtime, load_agent_executor
+from rollout.config import load_stage
+from rollout.engines import HFEngine, ReplayEngine, SamplingParams, recorded_actions
+from rollout.protocol import BEGIN_DOCS, END_QUERY
+from rollout.reward_client import RewardServerError
+from rollout.service import free_port
+from rollout.templates import render_prompt
+from rollout.tiny_policy import build_model, build_tokenizer
+from search_backend.serve import ServerConfig
+from search_backend.serve import create_app as create_search_app
+from tests.conftest import FIXTURES, ROOT, serve
+from tests.test_search_fixtures import fixture_index
+
+QUESTION = "Who carried out the 2009 Fort Hood shooting?"
+SEARCH = "I should look this up. <|begin_of_query|> 2009 Fort Hood shooting <|end_of_query|>"
+ANSWER = " The documents name the shooter. </think><answer> Nidal Hasan </answer>"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = [json.loads(line)["gen_text_store"] for line in (FIXTURES / "r1searcher/bamboogle_llama.jsonl").open()]
+    return build_tokenizer(texts + [SEARCH, ANSWER, QUESTION])
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return build_model(len(tokenizer))
+
+
+@pytest.fixture(scope="module")
+def servers():
+    stage, _ = load_stage(ROOT / "configs/stages/stage2_answer.yaml")
+    with serve(create_search_app(ServerConfig(index_dir=fixture_index()))) as search_url:
+        with serve(create_app(ServerSettings(spec=stage.reward))) as reward_url:
+            yield search_url, reward_url
+
+
+def stage_config(servers, *overrides: str):
+    search_url, reward_url = servers
+    stage, model_cfg = load_stage(
+        ROOT / "configs/stages/stage2_answer.yaml",
+        [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0", *overrides],
+    )
+    return stage, model_cfg
+
+
+class Script:
+    """Steers the random model: segment i (the number of documents blocks so far) is forced to
+    `segments[i]` token by token, then EOS. The forward pass, sampling and stop handling are real."""
+
+    def __init__(self, tokenizer, prompt: str, segments: list[str]) -> None:
+        self.tok = tokenizer
+        self.prompt_len = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        self.segments = [
+            tokenizer(s, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for s in segments
+        ]
+
+    def __call__(self, prompt_token_ids: list[int]) -> list:
+        observed = self.tok.decode(prompt_token_ids[self.prompt_len :])
+        target = self.segments[min(observed.count(BEGIN_DOCS), len(self.segments) - 1)]
+        start = len(prompt_token_ids)
+
+        def force(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            pos = min(input_ids.shape[1] - start, len(target) - 1)
+            forced = torch.full_like(scores, -float("inf"))
+            forced[:, target[pos]] = 0.0
+            return forced
+
+        return [force]
+
+
+async def run_episode(stage, model_cfg, tokenizer, engine, label="Nidal Hasan", max_length=4096):
+    executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
+    runtime = Runtime.from_stage(stage)
+    Runtime.install(runtime)
+    try:
+        prompt = render_prompt(model_cfg, QUESTION)
+        params = SamplingParams(temperature=0.0, max_tokens=None)
+        result = await executor.execute(prompt, label, params, max_length, tokenizer, engine)
+        return prompt, result
+    finally:
+        Runtime.install(None)
+        await runtime.rewards.aclose()
+        await runtime.environment.search.aclose()
+
+
+def logs(result) -> dict[str, float]:
+    return {k: float(v) for k, v in result["extra_logs"].items()}
+
+
+def test_search_then_answer_through_openrlhf_loop(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers)
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
+    prompt, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+
+    tokens = result["observation_tokens"]
+    ranges = result["action_ranges"]
+    assert len(ranges) == 2  # one search segment, one answer segment
+    text = tokenizer.decode(tokens)
+    assert text.startswith(prompt) and text[len(prompt) :].count(BEGIN_DOCS) == 1
+    first_action = tokenizer.decode(tokens[ranges[0][0] : ranges[0][1]])
+    assert first_action.endswith(END_QUERY)  # the stop string is kept, and the search came right after it
+    docs_id = tokenizer.convert_tokens_to_ids(BEGIN_DOCS)
+    docs_positions = [i for i, t in enumerate(tokens) if t == docs_id]
+    assert docs_positions and all(not (a <= i < b) for i in docs_positions for a, b in ranges)
+    between = tokenizer.decode(tokens[ranges[0][1] : ranges[1][0]])
+    assert between.startswith("\n\n<|begin_of_documents|>\n(1)") and "Hasan" in between
+
+    got = logs(result)
+    assert got["num_searches"] == 1.0 and got["search_errors"] == 0.0 and got["format_ok"] == 1.0
+    # The reward in the result is the reward server's answer for that very text.
+    _, reward_url = servers
+    direct = httpx.post(
+        f"{reward_url}/get_reward",
+        json={"query": [text], "prompts": [prompt], "labels": ["Nidal Hasan"], "metadata": [{"num_searches": 1}]},
+    ).json()
+    assert result["reward"] == pytest.approx(direct["rewards"][0]) and result["reward"] == 1.0
+    assert float(result["scores"]) == pytest.approx(direct["scores"][0])
+
+
+def test_no_query_means_no_search(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers)
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [ANSWER]))
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    assert len(result["action_ranges"]) == 1 and logs(result)["num_searches"] == 0.0
+    assert result["reward"] == 1.0
+
+
+def test_search_cap_ends_the_episode(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers, "episode.max_searches=1")
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, SEARCH, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    got = logs(result)
+    assert got["num_searches"] == 1.0 and got["search_capped"] == 1.0
+    assert len(result["action_ranges"]) == 2
+    assert result["reward"] == -2.0  # an unanswered query and no answer: format violated, no answer
+
+
+def test_segment_cap_holds(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers, "episode.max_segment_tokens=6")
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    assert all(b - a <= 6 for a, b in result["action_ranges"])
+    assert result["truncated"] is True
+
+
+def test_retrieval_server_down_finishes_with_failure_counted(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers, f"search.urls=http://127.0.0.1:{free_port()}")
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    got = logs(result)
+    assert got["search_errors"] == 1.0 and got["num_searches"] == 1.0
+    assert "The search failed" in tokenizer.decode(result["observation_tokens"])
+    assert result["reward"] == 1.0  # the episode went on and was scored
+
+
+def test_reward_server_down_fails_loudly(servers, tokenizer, model):
+    stage, model_cfg = stage_config(
+        servers, f"reward_server.urls=http://127.0.0.1:{free_port()}", "reward_server.deadline_s=1"
+    )
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [ANSWER]))
+    with pytest.raises(RewardServerError, match="made-up rewards"):
+        asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+
+
+def test_agent_file_refuses_other_stage_config(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers, "stage=stage1_format")
+    engine = HFEngine(model, tokenizer)
+    with pytest.raises(Exception, match="stage2_answer/agent_func.py was given a config for stage1_format"):
+        asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+
+
+def test_replay_of_a_released_trajectory(servers, tokenizer):
+    record = json.loads((FIXTURES / "r1searcher/bamboogle_llama.jsonl").open().readline())
+    stage, model_cfg = stage_config(servers, "model=configs/models/qwen2.5-7b-base.yaml")
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = ReplayEngine(tokenizer, {prompt: record["gen_text_store"]})
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine, label=record["answer"]))
+    recorded_queries = len(recorded_actions(record["gen_text_store"])) - 1
+    assert logs(result)["num_searches"] == recorded_queries >= 1
+    assert len(result["action_ranges"]) == recorded_queries + 1
+    assert logs(result)["has_answer"] == 1.0

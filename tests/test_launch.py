@@ -1,0 +1,163 @@
+"""launch/ray_submit.sh --dry-run, launch/start_servers.sh, the stage data preparation, the quickstart."""
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rollout.openrlhf_flags import check_args
+from tests.conftest import FIXTURES, ROOT
+
+MODELS = ["configs/models/qwen2.5-7b-base.yaml", "configs/models/llama3.1-8b-instruct.yaml"]
+
+
+def submit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "launch/ray_submit.sh", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+@pytest.mark.parametrize("stage", ["stage1", "stage2"])
+@pytest.mark.parametrize("model", MODELS)
+def test_dry_run_renders_a_command_openrlhf_parses(stage, model):
+    out = submit(stage, "--model", model, "--dry-run", "openrlhf.rollout.batch_size=32")
+    assert out.returncode == 0, out.stderr
+    cmd = shlex.split(out.stdout.strip().splitlines()[-1])
+    assert cmd[:3] == ["ray", "job", "submit"]
+    sep = cmd.index("--")
+    assert cmd[sep + 1 : sep + 4] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    ns = vars(check_args(cmd[sep + 4 :]))  # OpenRLHF 0.11.2's own parser, types and choices included
+    name = "stage1_format" if stage == "stage1" else "stage2_answer"
+    assert ns["train.agent_func_path"] == f"{name}/agent_func.py"
+    assert ns["algo.advantage.estimator"] == "reinforce_baseline"
+    assert ns["rollout.n_samples_per_prompt"] == 16 and ns["rollout.batch_size"] == 32
+    env = json.loads(cmd[cmd.index("--runtime-env-json") + 1])
+    resolved = ROOT / env["env_vars"]["SEARCHRL_CONFIG"]
+    assert json.loads(resolved.read_text())["stage"] == name
+    launch = json.loads(resolved.with_suffix(".launch.json").read_text())
+    if stage == "stage2":
+        assert ns["actor.model_name_or_path"].endswith("runs/stage1_format/final")
+        assert "final checkpoint of stage1_format" in launch["policy_source"]
+    else:
+        assert ns["actor.model_name_or_path"] in ("Qwen/Qwen2.5-7B", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def test_stage2_can_start_elsewhere():
+    out = submit("stage2", "--dry-run", "init_from=null")
+    assert out.returncode == 0 and "--actor.model_name_or_path Qwen/Qwen2.5-7B" in out.stdout
+    out = submit("stage2", "--dry-run", "openrlhf.actor.model_name_or_path=/ckpt/mine")
+    assert "--actor.model_name_or_path /ckpt/mine" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("openrlhf.rollout.n_samples=4", "not flags of OpenRLHF 0.11.2's train_ppo_ray: rollout.n_samples"),
+        ("openrlhf.rollout.batch_size=abc", "argument --rollout.batch_size: invalid int value: 'abc'"),
+        ("openrlhf.algo.advantage.estimator=ppo2", "invalid choice: 'ppo2'"),
+        ("reward.answer_metric=bleu", "reward.answer_metric"),
+    ],
+)
+def test_bad_flags_are_named(override, message):
+    out = submit("stage1", "--dry-run", override)
+    assert out.returncode == 2 and message in out.stderr
+
+
+def test_submit_without_servers_refuses():
+    out = submit("stage1", "search.urls=http://127.0.0.1:9", "reward_server.urls=http://127.0.0.1:9")
+    assert (
+        out.returncode == 1 and "servers not ready" in out.stderr and "reward server http://127.0.0.1:9" in out.stderr
+    )
+
+
+def test_start_servers_checks_its_arguments(tmp_path):
+    run = ["bash", "launch/start_servers.sh"]
+    assert subprocess.run([*run, "--help"], cwd=ROOT, capture_output=True).returncode == 0
+    out = subprocess.run([*run, "--index", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "no manifest.json" in out.stderr
+
+
+def prepare(stage: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", f"{stage}.prepare_data", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+
+
+def test_stage1_data_with_buckets(tmp_path):
+    out = tmp_path / "s1.jsonl"
+    res = prepare(
+        "stage1_format",
+        "--input",
+        str(FIXTURES / "r1searcher/stage_1_head40.jsonl"),
+        "--out",
+        str(out),
+        "--mix",
+        "hard=0.5,medium=0.5",
+        "--size",
+        "10",
+    )
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in out.open()]
+    assert len(rows) == 10 and {r["bucket"] for r in rows} == {"hard", "medium"}
+    assert all(r["prompt"].endswith("Assistant: <think>") and r["question"] in r["prompt"] for r in rows)
+    report = json.loads(out.with_suffix(".report.json").read_text())
+    assert report["written"] == 10 and report["buckets"] == {"hard": 5, "medium": 5}
+
+
+def test_leakage_and_duplicates_are_reported(tmp_path):
+    src = tmp_path / "in.jsonl"
+    bamboogle = [json.loads(line) for line in (FIXTURES / "r1searcher/bamboogle.jsonl").open()][:3]
+    rows = bamboogle + [{"question": "What is new here?", "answer": ["a", "b"]}] * 2
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "s2.jsonl"
+    res = prepare("stage2_answer", "--input", str(src), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    report = json.loads(out.with_suffix(".report.json").read_text())
+    assert report["leaked_into_eval_sets"] == {"bamboogle": 3} and report["duplicates"] == 1
+    kept = [json.loads(line) for line in out.open()]
+    assert len(kept) == 1 and json.loads(kept[0]["label"]) == ["a", "b"]
+    res = prepare("stage2_answer", "--input", str(src), "--out", str(out), "--keep-leaked", "--keep-duplicates")
+    assert sum(1 for _ in out.open()) == 5
+    res = prepare("stage2_answer", "--input", str(src), "--out", str(out), "--question-key", "q")
+    assert res.returncode == 2 and "needs keys 'q'" in res.stderr
+
+
+@pytest.mark.parametrize("module", ["rollout.submit", "stage1_format.prepare_data", "stage2_answer.prepare_data"])
+def test_help(module):
+    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and "usage:" in out.stdout
+
+
+def test_quickstart_cpu_demo(tmp_path, mini_index):
+    # A finished index in place: the quickstart's build finds it complete and reuses it.
+    shutil.copytree(mini_index, tmp_path / "index")
+    res = subprocess.run(
+        [
+            sys.executable,
+            "launch/quickstart.py",
+            "--cpu",
+            "--out",
+            str(tmp_path),
+            "--episodes",
+            "4",
+            "--tiny-episodes",
+            "1",
+            "--max-length",
+            "4096",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "mode: CPU demo" in res.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["replay"]["episodes"] == 4 and summary["replay"]["queries_as_recorded"] == 4
+    assert summary["replay"]["search_errors"] == 0 and summary["replay"]["mean_reward"] == 1.0
+    episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").open()]
+    assert [e["mode"] for e in episodes].count("tiny-transformer") == 1
+    assert all("<|begin_of_documents|>\n(1)" in e["solution"] for e in episodes if e["mode"] == "replay")

@@ -1,0 +1,100 @@
+"""Shared helpers for the search tests (imported by the other test_search_* modules), and checks on the fixtures.
+
+The fixture index is built once per process and cached here, because pytest would build a session fixture once
+per module that imports it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+FIXTURES = Path(__file__).parent / "fixtures" / "search"
+PASSAGES = FIXTURES / "kiltmini_passages.jsonl"
+QUERIES = FIXTURES / "kiltmini_queries.jsonl"
+QUERIES_1000 = FIXTURES / "queries_1000.txt"
+KILT_SAMPLE = FIXTURES / "kilt_sample.jsonl"
+SHARD_SIZE = 100
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scratch_dir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def build_kwargs() -> dict:
+    return {"corpus": PASSAGES, "fmt": "jsonl", "factory": "Flat", "shard_size": SHARD_SIZE, "batch_size": 32}
+
+
+@functools.cache
+def fixture_index() -> Path:
+    """The kiltmini-slice index (Flat, MiniLM), built once per test process."""
+    from search_backend.build_index import build
+
+    out = scratch_dir("searchrl-index-") / "index"
+    build(out=out, **build_kwargs())
+    return out
+
+
+@functools.cache
+def fixture_backend():
+    from search_backend.local_faiss import LocalFaissBackend
+
+    return LocalFaissBackend(fixture_index())
+
+
+def fixture_queries() -> list[dict]:
+    return [json.loads(line) for line in QUERIES.read_text(encoding="utf-8").splitlines()]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_server(app, port: int | None = None) -> Iterator[str]:
+    """A real uvicorn server on a loopback port, in a background thread; yields its base URL."""
+    import uvicorn
+
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_fixture_targets_are_in_the_slice():
+    ids = {json.loads(line)["id"] for line in PASSAGES.read_text(encoding="utf-8").splitlines()}
+    queries = fixture_queries()
+    assert len(queries) >= 50
+    assert all(set(q["ranked_ids"]) <= ids for q in queries)
+
+
+def test_fixtures_carry_attribution():
+    first = (FIXTURES / "ATTRIBUTION.txt").read_text(encoding="utf-8").splitlines()[0]
+    assert first == "# Data: RUCAIBox/R1-Searcher (MIT); Wikipedia text CC BY-SA via KILT."
