@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 import faiss  # noqa: E402
 
+from benchmarks.loadgen import closed_loop  # noqa: E402
+from rollout.service import free_port  # noqa: E402
 from search_backend.build_index import EMBED_DIR, build  # noqa: E402
 from search_backend.faiss_index import build_index, effective_factory, set_search_params  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
@@ -160,51 +161,13 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def load(url: str, queries: list[str], concurrency: int, seconds: float) -> float:
-    """Closed-loop load: `concurrency` keep-alive connections, each sending one single-query request at a time.
-
-    Requests are written as raw HTTP/1.1 on asyncio streams: on a 2-core machine a full client library costs
-    more CPU per request than the server does, and the load generator must not be what is measured.
-    """
-    host, port = url.removeprefix("http://").split(":")
-    done = 0
-    errors: list[str] = []
-    stop_at = time.perf_counter() + seconds
-
-    async def worker(offset: int) -> None:
-        nonlocal done
-        reader, writer = await asyncio.open_connection(host, int(port))
-        i = offset
-        try:
-            while time.perf_counter() < stop_at:
-                body = json.dumps({"queries": [queries[i % len(queries)]], "top_k": 5}).encode()
-                writer.write(b"POST /search HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(body), body))
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))
-                payload = await reader.readexactly(length)
-                if not head.startswith(b"HTTP/1.1 200") or not payload.startswith(b'{"results"'):
-                    errors.append(head.split(b"\r\n")[0].decode())
-                else:
-                    done += 1
-                i += concurrency
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            writer.close()
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    if errors:
-        print(f"concurrency {concurrency}: {len(errors)} failed requests, first: {errors[0]}", flush=True)
-    return done / (time.perf_counter() - started)
+    """Single-query `POST /search` requests/s at the given concurrency."""
+    bodies = [json.dumps({"queries": [q], "top_k": 5}).encode() for q in queries]
+    result = await closed_loop(url, "/search", bodies, concurrency, seconds, ok_prefix=b'{"results"')
+    if result.errors:
+        print(f"concurrency {concurrency}: {result.errors} failed requests, first: {result.first_error}", flush=True)
+    return result.rps
 
 
 def server_throughput(index_dir: Path, queries: list[str], levels: list[int], batching: bool, seconds: float,

@@ -13,17 +13,18 @@ import argparse
 import asyncio
 import json
 import platform
-import statistics
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
-
-import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fastapi import Request, Response  # noqa: E402
+
+from benchmarks.loadgen import closed_loop  # noqa: E402
 from rollout.service import free_port, wait_healthy  # noqa: E402
 
 TRAJECTORIES = ROOT / "tests/fixtures/r1searcher/hotpotqa_llama.jsonl"
@@ -32,51 +33,44 @@ PROMPT = "User:{q}\nAssistant: <think>"
 
 def serve(port: int) -> None:
     import uvicorn
-    from fastapi import Request
 
-    from reward_server.app import ServerSettings, create_app
+    from reward_server.app import RewardRequest, ServerSettings, create_app
     from reward_server.spec import PRESETS
 
     app = create_app(ServerSettings(spec=PRESETS["r1searcher-qwen-stage2"]))
 
+    constant = b'{"rewards": [0.0], "scores": [0.0], "extra_logs": {}}'
+
     @app.post("/trivial")
-    async def trivial(request: Request) -> dict:
+    async def trivial(request: Request) -> Response:
         await request.body()
-        return {"rewards": [0.0], "scores": [0.0], "extra_logs": {}}
+        return Response(constant, media_type="application/json")
+
+    @app.post("/trivial_validated")
+    async def trivial_validated(request: Request) -> Response:
+        RewardRequest.model_validate_json(await request.body())
+        return Response(constant, media_type="application/json")
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-async def load(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> dict:
-    latencies: list[float] = []
-    errors = 0
-    stop_at = time.perf_counter() + seconds
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector, headers={"content-type": "application/json"}) as session:
+def load(url: str, path: str, bodies: list[bytes], concurrency: int, seconds: float) -> dict:
+    result = asyncio.run(closed_loop(url, path, bodies, concurrency, seconds, ok_prefix=b'{"rewards"'))
+    return {k: v for k, v in asdict(result).items() if k != "first_error"}
 
-        async def worker(offset: int) -> None:
-            nonlocal errors
-            i = offset
-            while time.perf_counter() < stop_at:
-                t0 = time.perf_counter()
-                async with session.post(url, data=bodies[i % len(bodies)]) as resp:
-                    await resp.read()
-                    errors += resp.status != 200
-                latencies.append(time.perf_counter() - t0)
-                i += concurrency
 
-        t_start = time.perf_counter()
-        await asyncio.gather(*(worker(k) for k in range(concurrency)))
-        elapsed = time.perf_counter() - t_start
-    latencies.sort()
-    return {
-        "requests": len(latencies),
-        "errors": errors,
-        "rps": len(latencies) / elapsed,
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
-        "max_ms": 1000 * latencies[-1],
-    }
+def scoring_cost(records: list[dict]) -> float:
+    """Microseconds to score one of these samples in process: the work the trivial endpoint does not do."""
+    from eval.metrics import as_golds
+    from reward_server.scoring import score_solution
+    from reward_server.spec import PRESETS
+
+    spec = PRESETS["r1searcher-qwen-stage2"]
+    t0 = time.perf_counter()
+    for _ in range(3):
+        for r in records:
+            score_solution(r["gen_text_store"], as_golds(r["answer"]), spec)
+    return round(1e6 * (time.perf_counter() - t0) / (3 * len(records)), 1)
 
 
 def main() -> int:
@@ -106,18 +100,27 @@ def main() -> int:
     try:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(base, 60, proc)
-        asyncio.run(load(f"{base}/get_reward", bodies, 16, 1.0))  # warm-up
+        load(base, "/get_reward", bodies, 16, 1.0)  # warm-up
         rows = []
         for c in args.concurrency:
-            trivial = asyncio.run(load(f"{base}/trivial", bodies, c, args.seconds))
-            reward = asyncio.run(load(f"{base}/get_reward", bodies, c, args.seconds))
+            trivial = load(base, "/trivial", bodies, c, args.seconds)
+            validated = load(base, "/trivial_validated", bodies, c, args.seconds)
+            reward = load(base, "/get_reward", bodies, c, args.seconds)
             rows.append(
-                {"concurrency": c, "reward": reward, "trivial": trivial, "ratio": reward["rps"] / trivial["rps"]}
+                {
+                    "concurrency": c,
+                    "reward": reward,
+                    "trivial": trivial,
+                    "trivial_validated": validated,
+                    "ratio": reward["rps"] / trivial["rps"],
+                    "ratio_to_validated": reward["rps"] / validated["rps"],
+                }
             )
             print(
-                f"c={c:>4}  reward {reward['rps']:8.0f} req/s (p99 {reward['p99_ms']:7.1f} ms)   "
-                f"trivial {trivial['rps']:8.0f} req/s (p99 {trivial['p99_ms']:7.1f} ms)   "
-                f"ratio {rows[-1]['ratio']:.2f}"
+                f"c={c:>4}  reward {reward['rps']:6.0f} req/s (p50 {reward['p50_ms']:6.1f} ms, "
+                f"p99 {reward['p99_ms']:6.1f} ms)"
+                f"  trivial {trivial['rps']:6.0f}  trivial+validation {validated['rps']:6.0f}"
+                f"  ratios {rows[-1]['ratio']:.2f} / {rows[-1]['ratio_to_validated']:.2f}"
             )
     finally:
         proc.terminate()
@@ -129,8 +132,13 @@ def main() -> int:
         "body_bytes_mean": sum(map(len, bodies)) / len(bodies),
         "seconds_per_point": args.seconds,
         "points": rows,
+        "baselines": {
+            "trivial": "same app, middleware and server; reads the body, answers a constant",
+            "trivial_validated": "as trivial, plus parsing the body into the reward request model",
+        },
         "target": "reward endpoint >= 0.8 of the trivial endpoint at concurrency 64",
         "target_met": next((r["ratio"] >= 0.8 for r in rows if r["concurrency"] == 64), None),
+        "scoring_us_in_process": scoring_cost(records),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

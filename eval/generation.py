@@ -26,6 +26,17 @@ class GenParams:
     max_tokens: int = 512
     seed: int | None = 0
 
+    def segment_kwargs(self) -> dict[str, Any]:
+        """Sampling arguments for one segment, in vLLM's SamplingParams names: stop on the query tag, keep it."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "stop": [END_QUERY],
+            "include_stop_str_in_output": True,
+            "seed": self.seed,
+        }
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -113,15 +124,7 @@ class HFTextEngine:
         out = []
         for prompt in prompts:
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            sp = SamplingParams(
-                temperature=params.temperature,
-                top_p=params.top_p,
-                max_tokens=params.max_tokens,
-                stop=[END_QUERY],
-                include_stop_str_in_output=True,
-                seed=params.seed,
-            )
-            result = (await self.engine.generate(ids, sp)).outputs[0]
+            result = (await self.engine.generate(ids, SamplingParams(**params.segment_kwargs()))).outputs[0]
             text = result.text
             if self.tokenizer.eos_token and text.endswith(self.tokenizer.eos_token):
                 text = text[: -len(self.tokenizer.eos_token)]
@@ -143,14 +146,7 @@ class VLLMEngine:
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         from vllm import SamplingParams
 
-        sp = SamplingParams(
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_tokens,
-            stop=[END_QUERY],
-            include_stop_str_in_output=True,
-            seed=params.seed,
-        )
+        sp = SamplingParams(**params.segment_kwargs())
         outputs = await asyncio.to_thread(self.llm.generate, prompts, sp, use_tqdm=False)
         return [Completion(o.outputs[0].text, o.outputs[0].finish_reason or "stop") for o in outputs]
 
