@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -22,21 +23,31 @@ class LoadResult:
     p99_ms: float
     max_ms: float
     first_error: str | None = None
+    wrong: int = 0
+    slow: int = 0
 
 
 async def closed_loop(url: str, path: str, bodies: list[bytes], concurrency: int, seconds: float,
-                      ok_prefix: bytes = b"{") -> LoadResult:
-    """POST `bodies` (round robin) to `url + path`; a 200 whose body starts with `ok_prefix` counts as served."""
+                      ok_prefix: bytes = b"{", check: Callable[[int, bytes], bool] | None = None,
+                      max_requests: int | None = None, slow_s: float = 1.0) -> LoadResult:
+    """POST `bodies` (round robin) to `url + path` for `seconds` or `max_requests`, whichever comes first.
+
+    A 200 whose body starts with `ok_prefix` counts as served; `check(i, payload)`, when given, says
+    whether the answer to body i is right (a wrong answer is counted, not retried)."""
     host, port = url.removeprefix("http://").rstrip("/").split(":")
     latencies: list[float] = []
     errors: list[str] = []
+    wrong = 0
+    sent = 0
     stop_at = time.perf_counter() + seconds
 
     async def worker(offset: int) -> None:
+        nonlocal wrong, sent
         reader, writer = await asyncio.open_connection(host, int(port))
         i = offset
         try:
-            while time.perf_counter() < stop_at:
+            while time.perf_counter() < stop_at and (max_requests is None or sent < max_requests):
+                sent += 1
                 body = bodies[i % len(bodies)]
                 t0 = time.perf_counter()
                 writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
@@ -47,6 +58,7 @@ async def closed_loop(url: str, path: str, bodies: list[bytes], concurrency: int
                 payload = await reader.readexactly(length)
                 if head.startswith(b"HTTP/1.1 200") and payload.startswith(ok_prefix):
                     latencies.append(time.perf_counter() - t0)
+                    wrong += check is not None and not check(i % len(bodies), payload)
                 else:
                     errors.append(head.split(b"\r\n")[0].decode())
                 i += concurrency
@@ -69,4 +81,6 @@ async def closed_loop(url: str, path: str, bodies: list[bytes], concurrency: int
         p99_ms=1000 * latencies[int(0.99 * (len(latencies) - 1))],
         max_ms=1000 * latencies[-1],
         first_error=errors[0] if errors else None,
+        wrong=wrong,
+        slow=sum(t > slow_s for t in latencies),
     )

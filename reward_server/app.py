@@ -140,12 +140,11 @@ _REQUEST_SCHEMA = RewardRequest.model_json_schema()
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"log": None, "scored": 0, "started": time.time()}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state["log"] = _ScoreLog(settings.log_jsonl) if settings.log_jsonl else None
-        state["scored"] = 0
         state["started"] = time.time()
         yield
         if state["log"] is not None:
@@ -168,8 +167,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
             "status": "ok",
             "preset": settings.preset,
             "spec": settings.spec.model_dump(),
-            "scored": state.get("scored", 0),
-            "uptime_s": round(time.time() - state.get("started", time.time()), 1),
+            "scored": state["scored"],
+            "uptime_s": round(time.time() - state["started"], 1),
         }
 
     # The body is validated with pydantic-core's JSON parser and the answer written directly: at

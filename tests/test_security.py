@@ -1,0 +1,30 @@
+"""Security properties that hold by construction: loopback by default, no pickle, secrets from the environment."""
+
+import re
+
+from tests.conftest import ROOT
+
+SOURCES = [p for d in ("search_backend", "reward_server", "rollout", "eval", "stage1_format", "stage2_answer",
+                       "launch", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+
+
+def test_no_pickle_anywhere():
+    pattern = re.compile(r"\bimport pickle\b|\bpickle\.|allow_pickle\s*=\s*True|torch\.load\(")
+    offenders = [str(p.relative_to(ROOT)) for p in SOURCES if pattern.search(p.read_text(encoding="utf-8"))]
+    assert SOURCES and offenders == []
+
+
+def test_servers_bind_loopback_by_default():
+    from reward_server.__main__ import build_parser
+    from search_backend.serve import parser
+
+    assert build_parser().parse_args(["--preset", "stage2-answer"]).host == "127.0.0.1"
+    assert parser().parse_args(["--index", "x"]).host == "127.0.0.1"
+
+
+def test_api_keys_come_only_from_the_environment():
+    from search_backend.web import WebSearchConfig
+
+    fields = set(WebSearchConfig.model_fields)
+    assert not any(name in fields for name in ("api_key", "key", "token", "secret"))
+    assert {"api_key_env", "summarizer_api_key_env"} <= fields
