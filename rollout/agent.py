@@ -109,8 +109,9 @@ class SearchAgentInstance(AgentInstanceBase):
         env = self.runtime.environment
         outcome = await env.step(self.episode, states["action_text"])
         if not outcome.done:
+            # OpenRLHF adds the step rewards into the episode's; the score stays the outcome's.
             return {
-                "rewards": torch.tensor(0.0),
+                "rewards": torch.tensor(outcome.reward),
                 "scores": torch.tensor(0.0),
                 "environment_feedback": outcome.feedback,
                 "done": False,

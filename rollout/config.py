@@ -64,6 +64,9 @@ class EpisodeConfig(Strict):
     top_k: int = Field(3, ge=1, le=50)
     max_searches: int = Field(8, ge=0, le=64)
     max_segment_tokens: int = Field(512, ge=1)
+    process_reward_weight: float = Field(
+        0.0, ge=0, description="per search whose documents contain the gold answer (Agent-R1's idea); 0 = off"
+    )
 
 
 class RewardServerConfig(Strict):

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from eval.metrics import as_golds, normalize_answer
 from rollout.config import EpisodeConfig
 from rollout.protocol import format_documents, last_query
 from rollout.reward_client import RewardClient, RewardResult
@@ -32,6 +33,7 @@ class Episode:
     search_errors: int = 0
     search_seconds: float = 0.0
     capped: bool = False
+    gold_hits: int = 0
 
     def metadata(self) -> dict[str, Any]:
         return {"num_searches": self.num_searches, "search_errors": self.search_errors}
@@ -42,6 +44,13 @@ class StepOutcome:
     feedback: str
     done: bool
     query: str | None = None
+    reward: float = 0.0  # the process reward of this step; 0 unless episode.process_reward_weight is set
+
+
+def documents_contain(texts: list[str], golds: list[str]) -> bool:
+    """Whether any gold answer appears, as whole normalised tokens, in the retrieved documents."""
+    haystack = f" {normalize_answer(' '.join(texts))} "
+    return any(g and f" {g} " in haystack for g in (normalize_answer(gold) for gold in golds))
 
 
 class SearchEnvironment:
@@ -82,24 +91,31 @@ class SearchEnvironment:
                 texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
                 failed = True
             elapsed = time.perf_counter() - t0
+            weight = self.config.process_reward_weight
             for i, docs in zip(searching, texts, strict=True):
                 ep = episodes[i]
                 ep.search_errors += failed
                 ep.search_seconds += elapsed
                 feedback = format_documents(docs)
                 ep.solution += feedback
-                outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1])
+                hit = (
+                    weight > 0 and not failed and ep.label is not None and documents_contain(docs, as_golds(ep.label))
+                )
+                ep.gold_hits += hit
+                outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1], reward=weight * hit)
         return [o for o in outcomes if o is not None]
 
-    @staticmethod
-    async def finish(ep: Episode, rewards: RewardClient) -> RewardResult:
+    async def finish(self, ep: Episode, rewards: RewardClient) -> RewardResult:
         """Score the finished episode; the environment's own figures join the reward's components."""
         result = await rewards.score(ep.prompt + ep.solution, ep.prompt, ep.label, ep.metadata())
         logs = dict(result.extra_logs)
         logs.update(
+            searched=float(ep.num_searches > 0),
             num_searches=float(ep.num_searches),
             search_errors=float(ep.search_errors),
             search_latency_ms=1000.0 * ep.search_seconds / ep.num_searches if ep.num_searches else 0.0,
             search_capped=float(ep.capped),
         )
+        if self.config.process_reward_weight > 0:
+            logs.update(gold_hits=float(ep.gold_hits), process_reward=self.config.process_reward_weight * ep.gold_hits)
         return RewardResult(result.reward, result.score, logs)

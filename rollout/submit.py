@@ -34,14 +34,22 @@ def _absolute(value: Any) -> Any:
     return str((ROOT / value).resolve()) if isinstance(value, str) and not Path(value).is_absolute() else value
 
 
+def previous_stage(stage: StageConfig, stage_file: Path) -> tuple[StageConfig, Path] | None:
+    """The stage named by `init_from`, whose final checkpoint and logs this stage builds on."""
+    if not stage.init_from:
+        return None
+    source = Path(stage.init_from) if Path(stage.init_from).is_file() else stage_file.parent / stage.init_from
+    return load(StageConfig, source), source
+
+
 def starting_policy(stage: StageConfig, stage_file: Path, model_path: str) -> tuple[str, str]:
     """The policy the stage starts from, and why: an explicit flag, the previous stage's final
     checkpoint (`init_from`), or the model config's path."""
     if "actor.model_name_or_path" in stage.openrlhf:
         return str(stage.openrlhf["actor.model_name_or_path"]), "openrlhf.actor.model_name_or_path"
-    if stage.init_from:
-        source = Path(stage.init_from) if Path(stage.init_from).is_file() else stage_file.parent / stage.init_from
-        previous = load(StageConfig, source)
+    found = previous_stage(stage, stage_file)
+    if found:
+        previous, source = found
         out = previous.openrlhf.get("ckpt.output_dir")
         if not out:
             raise ConfigError(f"{source}: openrlhf.ckpt.output_dir: needed to start {stage.stage} from it (init_from)")
@@ -62,6 +70,7 @@ def resolve(stage_name: str, model: str | None, overrides: list[str]) -> dict[st
     resolved = ROOT / "configs/resolved" / f"{stage.stage}.json"
     return {
         "stage": stage,
+        "previous": previous_stage(stage, stage_file),
         "model": model_cfg,
         "policy": policy,
         "policy_source": policy_source,
@@ -98,12 +107,61 @@ def check_health(stage: StageConfig, timeout_s: float = 5.0) -> list[str]:
     return problems
 
 
+def readiness(previous: StageConfig, min_format: float, min_search: float, window: int) -> dict[str, Any]:
+    """Whether the previous stage's logged format pass rate and search rate (means over its last
+    `window` steps) have crossed the thresholds."""
+    from eval.health import read_curves
+
+    logdir = previous.openrlhf.get("logger.tensorboard_dir")
+    if not logdir:
+        raise ConfigError(f"{previous.stage}: openrlhf.logger.tensorboard_dir: needed to read its progress")
+    try:
+        curves = read_curves(Path(_absolute(logdir)))
+    except FileNotFoundError:
+        return {"ready": False, "logdir": _absolute(logdir), "reason": "no logs yet"}
+    means = {}
+    for name in ("format_ok", "searched"):
+        values = [v for _, v in curves.get(name, [])][-window:]
+        means[name] = sum(values) / len(values) if values else 0.0
+    step = max((s for points in curves.values() for s, _ in points), default=0)
+    ready = means["format_ok"] >= min_format and means["searched"] >= min_search
+    return {
+        "ready": ready,
+        "logdir": _absolute(logdir),
+        "step": step,
+        **means,
+        "thresholds": {"format_ok": min_format, "searched": min_search, "window": window},
+    }
+
+
+def wait_until_ready(previous: StageConfig, args: argparse.Namespace) -> dict[str, Any]:
+    deadline = time.monotonic() + args.wait_s
+    while True:
+        status = readiness(previous, args.min_format_rate, args.min_search_rate, args.window)
+        shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in status.items() if k != "thresholds"}
+        print(f"# {previous.stage} progress: {shown}", flush=True)
+        if status["ready"] or args.dry_run or time.monotonic() + args.poll_s > deadline:
+            return status
+        time.sleep(args.poll_s)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launch/ray_submit.sh", description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("stage", choices=sorted(STAGES), help="stage1: format reward; stage2: format + answer reward")
     p.add_argument("--model", default=None, help="a configs/models/*.yaml file (default: the stage config's)")
     p.add_argument("--dry-run", action="store_true", help="print the exact command and exit; contacts nothing")
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray dashboard address ($RAY_ADDRESS)")
+    ready = p.add_argument_group("stage switch (stage2)")
+    ready.add_argument(
+        "--when-ready",
+        action="store_true",
+        help="wait until the init_from stage's logged format and search rates cross the thresholds",
+    )
+    ready.add_argument("--min-format-rate", type=float, default=0.9, help="format pass rate to reach (default 0.9)")
+    ready.add_argument("--min-search-rate", type=float, default=0.9, help="share of episodes that search (0.9)")
+    ready.add_argument("--window", type=int, default=10, help="last logged steps averaged (default 10)")
+    ready.add_argument("--poll-s", type=float, default=300.0, help="seconds between looks at the logs")
+    ready.add_argument("--wait-s", type=float, default=7 * 24 * 3600.0, help="give up after this long")
     p.add_argument(
         "overrides", nargs="*", metavar="key=value", help="config overrides, e.g. openrlhf.rollout.batch_size=32"
     )
@@ -118,6 +176,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     stage: StageConfig = plan["stage"]
+    switch = None
+    if args.when_ready:
+        if plan["previous"] is None:
+            print(f"error: --when-ready needs init_from in the {stage.stage} config", file=sys.stderr)
+            return 2
+        switch = wait_until_ready(plan["previous"][0], args)
+        if not switch["ready"]:
+            print(f"not ready: {plan['previous'][0].stage} has not crossed the thresholds", file=sys.stderr)
+            return 4
     cmd = ray_command(plan, args.address)
     resolved: Path = plan["resolved_path"]
     resolved.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": plan["model"].name,
         "policy": plan["policy"],
         "policy_source": plan["policy_source"],
+        "switch": switch,
         "command": cmd,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -199,3 +199,25 @@ def test_replay_of_a_released_trajectory(servers, tokenizer):
     assert logs(result)["num_searches"] == recorded_queries >= 1
     assert len(result["action_ranges"]) == recorded_queries + 1
     assert logs(result)["has_answer"] == 1.0
+
+
+def test_process_reward_per_search_with_the_gold_in_its_documents(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers, "episode.process_reward_weight=0.5")
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    got = logs(result)
+    assert got["gold_hits"] == 1.0 and got["process_reward"] == 0.5
+    assert result["reward"] == pytest.approx(1.5)  # outcome 1.0 plus the step's 0.5, summed by OpenRLHF's loop
+    assert float(result["scores"]) == 1.0  # the score for dynamic filtering stays the outcome's
+    _, missed = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine, label="Somebody Else"))
+    assert logs(missed)["gold_hits"] == 0.0
+
+
+def test_with_options_off_nothing_changes(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers)
+    assert stage.episode.process_reward_weight == 0.0
+    prompt = render_prompt(model_cfg, QUESTION)
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    assert result["reward"] == 1.0 and "process_reward" not in result["extra_logs"]

@@ -161,3 +161,26 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
     episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").open()]
     assert [e["mode"] for e in episodes].count("tiny-transformer") == 1
     assert all("<|begin_of_documents|>\n(1)" in e["solution"] for e in episodes if e["mode"] == "replay")
+
+
+def test_stage2_waits_for_stage1_to_be_ready(tmp_path):
+    from tests.test_health import write_run
+
+    logs = tmp_path / "tb"
+    stage1 = tmp_path / "stage1.yaml"
+    text = (ROOT / "configs/stages/stage1_format.yaml").read_text()
+    stage1.write_text(text.replace("runs/stage1_format/tensorboard", str(logs)).replace(
+        "model: configs/models/qwen2.5-7b-base.yaml", f"model: {ROOT / 'configs/models/qwen2.5-7b-base.yaml'}"))
+    args = ["stage2", "--dry-run", "--when-ready", f"init_from={stage1}", "--min-format-rate", "0.8",
+            "--min-search-rate", "0.8", "--window", "5"]
+    out = submit(*args)
+    assert out.returncode == 4 and "no logs yet" in out.stdout
+    write_run(logs, [0.5] * 20, [0.9] * 20)  # searching, but the format is not there yet
+    out = submit(*args)
+    assert out.returncode == 4 and "'format_ok': 0.5" in out.stdout
+    write_run(logs / "later", [0.95] * 30, [0.95] * 30)
+    out = submit(*args)
+    assert out.returncode == 0, out.stderr
+    launch = json.loads((ROOT / "configs/resolved/stage2_answer.launch.json").read_text())
+    assert launch["switch"]["ready"] and launch["switch"]["format_ok"] >= 0.8
+    assert launch["policy"].endswith("runs/stage1_format/final")

@@ -1,0 +1,143 @@
+"""`python -m eval.health LOGDIR`: training-health curves from OpenRLHF's TensorBoard logs, and collapse flags.
+
+The agent's `extra_logs` reach TensorBoard as `train/<name>` once per step: search rate (`searched`),
+searches per episode, format pass rate and each rule's failure rate, answer length, the share of
+episodes hitting the search cap, retrieval latency and errors. A run is flagged when the format
+pass rate falls well below its best, or when the search rate falls to about zero after the model had
+learned to search: the two ways a search-RL run collapses, and the signals to stop or roll back on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SIGNALS = (
+    "searched",
+    "num_searches",
+    "format_ok",
+    "answer_words",
+    "search_capped",
+    "search_latency_ms",
+    "search_errors",
+    "reward",
+    "em",
+    "f1",
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    window: int = 10
+    format_drop: float = 0.3
+    search_floor: float = 0.05
+    search_learned: float = 0.3
+
+
+def read_curves(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar under `logdir` (all event files, all runs), keyed by its last name segment."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    curves: dict[str, dict[int, float]] = {}
+    files = sorted(logdir.rglob("events.out.tfevents.*"))
+    if not files:
+        raise FileNotFoundError(f"{logdir}: no TensorBoard event files (give --logger.tensorboard_dir's folder)")
+    for file in files:
+        acc = EventAccumulator(str(file), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            name = tag.rsplit("/", 1)[-1]
+            curves.setdefault(name, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    return {name: sorted(points.items()) for name, points in curves.items()}
+
+
+def _rolling(values: list[float], window: int) -> list[float]:
+    return [sum(values[max(0, i - window + 1) : i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
+
+
+def collapse_flags(curves: dict[str, list[tuple[int, float]]], t: Thresholds) -> list[str]:
+    flags = []
+    if "format_ok" in curves:
+        rolled = _rolling([v for _, v in curves["format_ok"]], t.window)
+        if rolled and max(rolled) - rolled[-1] > t.format_drop:
+            flags.append(
+                f"format collapse: pass rate {rolled[-1]:.2f} over the last {t.window} steps, best {max(rolled):.2f}"
+            )
+    if "searched" in curves:
+        rolled = _rolling([v for _, v in curves["searched"]], t.window)
+        if rolled and max(rolled) >= t.search_learned and rolled[-1] < t.search_floor:
+            flags.append(
+                f"search collapse: search rate {rolled[-1]:.2f} over the last {t.window} steps, best {max(rolled):.2f}"
+            )
+    return flags
+
+
+def summary(curves: dict[str, list[tuple[int, float]]]) -> dict[str, dict[str, float]]:
+    names = [n for n in curves if n in SIGNALS or n.startswith("violation_")]
+    out = {}
+    for name in sorted(names):
+        values = [v for _, v in curves[name]]
+        out[name] = {
+            "steps": len(values),
+            "first": values[0],
+            "last": values[-1],
+            "min": min(values),
+            "max": max(values),
+        }
+    return out
+
+
+def plot(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in SIGNALS if n in curves] + sorted(n for n in curves if n.startswith("violation_"))
+    cols = 3
+    rows = max(1, -(-len(names) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        steps, values = zip(*curves[name], strict=True)
+        ax.plot(steps, values)
+        ax.set_title(name, fontsize=9)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval.health", description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p.add_argument("logdir", type=Path, help="the run's TensorBoard folder (--logger.tensorboard_dir)")
+    p.add_argument("--png", type=Path, default=None, help="also plot the curves to this PNG")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--window", type=int, default=10, help="steps averaged for the flags")
+    p.add_argument("--format-drop", type=float, default=0.3, help="flag when the pass rate falls this far from best")
+    p.add_argument("--search-floor", type=float, default=0.05, help="flag when the search rate falls below this")
+    args = p.parse_args(argv)
+    try:
+        curves = read_curves(args.logdir)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    flags = collapse_flags(curves, Thresholds(args.window, args.format_drop, args.search_floor))
+    table = summary(curves)
+    if args.png:
+        plot(curves, args.png)
+    if args.json:
+        print(json.dumps({"signals": table, "flags": flags}))
+    else:
+        print(f"{'signal':<32}{'steps':>6}{'first':>10}{'last':>10}{'min':>10}{'max':>10}")
+        for name, s in table.items():
+            print(f"{name:<32}{s['steps']:>6}{s['first']:>10.3f}{s['last']:>10.3f}{s['min']:>10.3f}{s['max']:>10.3f}")
+        print("\n".join(f"FLAG: {f}" for f in flags) or "no collapse flagged")
+    return 3 if flags else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
