@@ -6,7 +6,8 @@ per request versus batched through the retrieval server.
 Overhead is the agent step (parse the action, build the documents block, bookkeeping, tensors for
 OpenRLHF) with search and reward answered instantly, so neither is counted. The batch comparison
 runs the same replayed episodes through OpenRLHF's executor against two retrieval servers over the
-bundled index, one with micro-batching off and one with it on.
+bundled index, one with micro-batching off and one with it on. The multi-query comparison runs
+scripted episodes that need two searches, as two single-query steps or as one two-query block.
 """
 
 from __future__ import annotations
@@ -109,6 +110,71 @@ async def replay_batch(stage, jobs, tokenizer, executor) -> float:
         await runtime.environment.search.aclose()
 
 
+class TwoQuestionEngine:
+    """Scripted episodes that need two searches: two single-query steps, or one step with both
+    queries in one block (multi-query mode), then the answer."""
+
+    def __init__(self, questions: list[str], multi: bool) -> None:
+        self.questions = questions
+        self.multi = multi
+
+    async def generate_batch(self, prompts, params):
+        from eval.generation import Completion
+
+        out = []
+        for prompt in prompts:
+            i = int(prompt.split("#", 1)[1].split(":", 1)[0])
+            seen = prompt.count("<|begin_of_documents|>\n(1)")
+            first, second = self.questions[i % len(self.questions)], self.questions[(i + 1) % len(self.questions)]
+            if self.multi and seen == 0:
+                text = f"<|begin_of_query|> {first} || {second} <|end_of_query|>"
+            elif not self.multi and seen < 2:
+                text = f"<|begin_of_query|> {(first, second)[seen]} <|end_of_query|>"
+            else:
+                text = " done </think><answer> x </answer>"
+            out.append(Completion(text, "stop"))
+        return out
+
+
+def multi_query_modes(url: str, records, episodes: int) -> dict:
+    """Rollout time and searches per episode, two queries per episode, single- versus multi-query."""
+    from eval.generation import GenParams, run_episodes
+    from rollout.config import EpisodeConfig
+    from search_backend.http_client import HttpSearchBackend
+
+    questions = [r["question"] for r in records]
+    out = {}
+    for mode, multi in (("single_query", False), ("multi_query", True)):
+
+        async def run(multi: bool = multi):
+            backend = HttpSearchBackend(url)
+            env = SearchEnvironment(backend, EpisodeConfig(top_k=3, max_queries_per_block=2 if multi else 1))
+            t0 = time.perf_counter()
+            done = await run_episodes(
+                TwoQuestionEngine(questions, multi),
+                env,
+                [f"#{i}: " for i in range(episodes)],
+                ["x"] * episodes,
+                GenParams(),
+            )
+            await backend.aclose()
+            return time.perf_counter() - t0, done
+
+        seconds, done = asyncio.run(run())
+        out[mode] = {
+            "episodes": episodes,
+            "seconds": seconds,
+            "searches_per_episode": sum(r.episode.num_searches for r in done) / episodes,
+            "queries_per_episode": sum(r.episode.num_queries for r in done) / episodes,
+        }
+        print(
+            f"{mode:>13}: {episodes} episodes in {seconds:.2f} s, "
+            f"{out[mode]['searches_per_episode']:.1f} search steps and "
+            f"{out[mode]['queries_per_episode']:.1f} queries per episode"
+        )
+    return out
+
+
 def batching(records, episodes: int, out_dir: Path) -> dict:
     from rollout.tiny_policy import build_tokenizer
     from search_backend.build_index import build
@@ -156,6 +222,7 @@ def batching(records, episodes: int, out_dir: Path) -> dict:
             results[mode] = {"episodes": episodes, "seconds": seconds, "episodes_per_s": episodes / seconds}
             print(f"{mode:>12}: {episodes} episodes in {seconds:.2f} s ({episodes / seconds:.1f}/s)")
         results["speedup"] = results["per_request"]["seconds"] / results["batched"]["seconds"]
+        results["multi_query"] = multi_query_modes(f"http://127.0.0.1:{ports['batched']}", records, episodes)
         return results
     finally:
         for p in procs:

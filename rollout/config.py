@@ -67,6 +67,10 @@ class EpisodeConfig(Strict):
     process_reward_weight: float = Field(
         0.0, ge=0, description="per search whose documents contain the gold answer (Agent-R1's idea); 0 = off"
     )
+    max_queries_per_block: int = Field(
+        1, ge=1, le=16, description="queries one query block may hold, split on query_separator (RAG-R1); 1 = off"
+    )
+    query_separator: str = Field("||", min_length=1, description="separates the queries of one block")
 
 
 class RewardServerConfig(Strict):

@@ -13,9 +13,9 @@ from typing import Any
 
 from eval.metrics import as_golds, normalize_answer
 from rollout.config import EpisodeConfig
-from rollout.protocol import format_documents, last_query
+from rollout.protocol import format_documents, last_query, split_queries
 from rollout.reward_client import RewardClient, RewardResult
-from search_backend.base import SearchBackend, SearchError, r1_text
+from search_backend.base import Passage, SearchBackend, SearchError, r1_text
 
 SEARCH_FAILED = "The search failed ({reason}); no documents are available for this query."
 NOTHING_FOUND = "No documents were found for this query."
@@ -34,6 +34,7 @@ class Episode:
     search_seconds: float = 0.0
     capped: bool = False
     gold_hits: int = 0
+    num_queries: int = 0  # queries sent to the backend; more than num_searches in multi-query mode
 
     def metadata(self) -> dict[str, Any]:
         return {"num_searches": self.num_searches, "search_errors": self.search_errors}
@@ -80,11 +81,16 @@ class SearchEnvironment:
                 ep.num_searches += 1
                 searching.append(i)
         if searching:
-            queries = [episodes[i].queries[-1] for i in searching]
+            cfg = self.config
+            split = [
+                split_queries(episodes[i].queries[-1], cfg.query_separator, cfg.max_queries_per_block)
+                for i in searching
+            ]
+            flat = [q for qs in split for q in qs]
             t0 = time.perf_counter()
             try:
-                results = await self.search.search(queries, self.config.top_k)
-                texts = [[r1_text(p) for p in found] or [NOTHING_FOUND] for found in results]
+                found = iter(await self.search.search(flat, cfg.top_k))
+                texts = [self._block_texts(qs, [next(found) for _ in qs]) for qs in split]
                 failed = False
             except SearchError as e:
                 # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
@@ -92,8 +98,9 @@ class SearchEnvironment:
                 failed = True
             elapsed = time.perf_counter() - t0
             weight = self.config.process_reward_weight
-            for i, docs in zip(searching, texts, strict=True):
+            for i, docs, qs in zip(searching, texts, split, strict=True):
                 ep = episodes[i]
+                ep.num_queries += len(qs)
                 ep.search_errors += failed
                 ep.search_seconds += elapsed
                 feedback = format_documents(docs)
@@ -105,6 +112,16 @@ class SearchEnvironment:
                 outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1], reward=weight * hit)
         return [o for o in outcomes if o is not None]
 
+    @staticmethod
+    def _block_texts(queries: list[str], results: list[list[Passage]]) -> list[str]:
+        """The passages of one documents block; with several queries each passage names its query,
+        numbered on through the block so the block keeps the one `(1)` form the format rules check."""
+        if len(queries) == 1:
+            return [r1_text(p) for p in results[0]] or [NOTHING_FOUND]
+        return [f"[{q}] {r1_text(p)}" for q, found in zip(queries, results, strict=True) for p in found] or [
+            NOTHING_FOUND
+        ]
+
     async def finish(self, ep: Episode, rewards: RewardClient) -> RewardResult:
         """Score the finished episode; the environment's own figures join the reward's components."""
         result = await rewards.score(ep.prompt + ep.solution, ep.prompt, ep.label, ep.metadata())
@@ -112,6 +129,7 @@ class SearchEnvironment:
         logs.update(
             searched=float(ep.num_searches > 0),
             num_searches=float(ep.num_searches),
+            num_queries=float(ep.num_queries),
             search_errors=float(ep.search_errors),
             search_latency_ms=1000.0 * ep.search_seconds / ep.num_searches if ep.num_searches else 0.0,
             search_capped=float(ep.capped),

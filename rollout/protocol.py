@@ -139,6 +139,15 @@ def _split_documents(text: str) -> tuple[list[str], str]:
     return documents, "".join(outside)
 
 
+def split_queries(query: str, separator: str, limit: int) -> list[str]:
+    """The queries of one block in multi-query mode: split on the separator, cleaned, empties dropped,
+    at most `limit` (the rest are ignored, which keeps one block from fanning out without bound)."""
+    if limit <= 1:
+        return [query]
+    parts = [clean_query(q) for q in query.split(separator)]
+    return [q for q in parts if q][:limit] or [query]
+
+
 def last_query(action_text: str) -> str | None:
     """The query of a generation segment that stopped on `<|end_of_query|>`, or None."""
     if not action_text.rstrip().endswith(END_QUERY) or BEGIN_QUERY not in action_text:

@@ -101,3 +101,32 @@ def test_reward_client_does_not_retry_a_refused_sample():
 
         with pytest.raises(RewardServerError, match="refused the sample: 422"):
             asyncio.run(run())
+
+
+def test_multi_query_block_is_one_batch_and_one_documents_block():
+    from reward_server.scoring import score_solution
+    from reward_server.spec import STAGE2_ANSWER
+
+    backend = Backend()
+    env = SearchEnvironment(backend, EpisodeConfig(top_k=1, max_queries_per_block=3))
+    eps = [Episode(prompt="P", label="x"), Episode(prompt="Q", label="x")]
+    actions = ["<|begin_of_query|> capital of France || Eiffel tower ||  || a || b <|end_of_query|>",
+               "<|begin_of_query|> single <|end_of_query|>"]
+    out = asyncio.run(env.step_batch(eps, actions))
+    assert backend.calls == [["capital of France", "Eiffel tower", "a", "single"]]  # limit 3, empties dropped
+    assert out[0].feedback == (
+        "\n\n<|begin_of_documents|>\n(1)[capital of France] Title: Title Text: Body text\n"
+        "(2)[Eiffel tower] Title: Title Text: Body text\n(3)[a] Title: Title Text: Body text\n<|end_of_documents|>\n\n"
+    )
+    assert out[1].feedback.startswith("\n\n<|begin_of_documents|>\n(1)Title: Title")
+    assert (eps[0].num_searches, eps[0].num_queries, eps[1].num_queries) == (1, 3, 1)
+    step(env, eps[0], " so </think><answer> x </answer>")
+    scored = score_solution(eps[0].solution, ["x"], STAGE2_ANSWER, eps[0].metadata())
+    assert scored.logs["format_ok"] == 1.0 and scored.reward == 1.0  # the rules accept the multi-query form
+
+
+def test_multi_query_off_keeps_the_separator_in_one_query():
+    backend = Backend()
+    env = SearchEnvironment(backend, EpisodeConfig(top_k=1))
+    step(env, Episode(prompt="P", label="x"), "<|begin_of_query|> a || b <|end_of_query|>")
+    assert backend.calls == [["a || b"]]
