@@ -19,6 +19,7 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from rollout.config import CONFIG_ENV, ConfigError, StageConfig
+from rollout.efficiency import GroupBonus
 from rollout.environment import Episode, SearchEnvironment
 from rollout.protocol import END_QUERY
 from rollout.reward_client import RewardClient
@@ -32,6 +33,7 @@ class Runtime:
     stage: StageConfig
     environment: SearchEnvironment
     rewards: RewardClient
+    efficiency: GroupBonus | None = None
 
     _current: ClassVar[Runtime | None] = None
 
@@ -43,7 +45,12 @@ class Runtime:
             timeout_s=stage.reward_server.timeout_s,
             token=os.environ.get(stage.reward_server.token_env),
         )
-        return cls(stage, SearchEnvironment(open_backend(stage.search), stage.episode), rewards)
+        ep = stage.episode
+        efficiency = None
+        if ep.efficiency_weight > 0:
+            size = ep.efficiency_group_size or int(stage.openrlhf.get("rollout.n_samples_per_prompt") or 1)
+            efficiency = GroupBonus(size, ep.efficiency_weight, ep.efficiency_timeout_s)
+        return cls(stage, SearchEnvironment(open_backend(stage.search), ep), rewards, efficiency)
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -118,12 +125,17 @@ class SearchAgentInstance(AgentInstanceBase):
                 "extra_logs": {},
             }
         result = await env.finish(self.episode, self.runtime.rewards)
+        reward, logs = result.reward, result.extra_logs
+        if self.runtime.efficiency is not None:
+            correct = logs.get(self.runtime.stage.reward.answer_metric, 0.0) >= 1.0
+            bonus = await self.runtime.efficiency.bonus(self.episode.prompt, self.episode.num_searches, correct)
+            reward, logs = reward + bonus, {**logs, "efficiency_bonus": bonus}
         return {
-            "rewards": torch.tensor(result.reward),
+            "rewards": torch.tensor(reward),
             "scores": torch.tensor(result.score),
             "environment_feedback": "",
             "done": True,
-            "extra_logs": _tensor_logs(result.extra_logs),
+            "extra_logs": _tensor_logs(logs),
         }
 
 

@@ -71,6 +71,11 @@ class EpisodeConfig(Strict):
         1, ge=1, le=16, description="queries one query block may hold, split on query_separator (RAG-R1); 1 = off"
     )
     query_separator: str = Field("||", min_length=1, description="separates the queries of one block")
+    efficiency_weight: float = Field(
+        0.0, ge=0, description="bonus for fewer searches among a group's correct samples (R1-Searcher++); 0 = off"
+    )
+    efficiency_group_size: int | None = Field(None, ge=2, description="default: openrlhf.rollout.n_samples_per_prompt")
+    efficiency_timeout_s: float = Field(300.0, gt=0, description="longest wait for the rest of a group")
 
 
 class RewardServerConfig(Strict):

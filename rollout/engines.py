@@ -55,16 +55,17 @@ def _cut_at_stop(text: str, stops: Sequence[str], keep: bool) -> tuple[str, bool
 class HFEngine:
     """A transformers causal LM behind the vLLM-like coroutine; generation runs in a worker thread.
 
-    One lock serialises calls: a CPU model gains nothing from overlapping them, and `generate` is
-    not re-entrant. `steer(prompt_token_ids)` may return logits processors for one call, which lets
-    tests drive a random model through the real forward pass.
+    One lock, shared by every instance, serialises calls: a CPU model gains nothing from overlapping
+    them, and `generate` is not re-entrant. `steer(prompt_token_ids)` may return logits processors
+    for one call, which lets tests drive a random model through the real forward pass.
     """
 
     def __init__(self, model: Any, tokenizer: Any, steer: Callable[[list[int]], list[Any]] | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.steer = steer
-        self._lock = threading.Lock()
+
+    _lock = threading.Lock()
 
     def _generate(self, prompt_token_ids: list[int], params: Any) -> RequestOutput:
         import torch

@@ -221,3 +221,39 @@ def test_with_options_off_nothing_changes(servers, tokenizer, model):
     engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
     _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
     assert result["reward"] == 1.0 and "process_reward" not in result["extra_logs"]
+    assert "efficiency_bonus" not in result["extra_logs"] and logs(result)["num_queries"] == 1.0
+
+
+def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, model):
+    from rollout.efficiency import efficiency_bonuses
+
+    assert efficiency_bonuses([1, 2, 3, 1], [True, True, True, False], 0.6) == [0.6, 0.3, 0.0, 0.0]
+    assert efficiency_bonuses([2, 2], [True, True], 0.6) == [0.0, 0.0]
+    stage, model_cfg = stage_config(servers, "episode.efficiency_weight=0.5", "episode.efficiency_group_size=4")
+    prompt = render_prompt(model_cfg, QUESTION)
+    one = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
+    two = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, SEARCH, ANSWER]))
+
+    async def group(engines, timeout_s=None):
+        executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
+        runtime = Runtime.from_stage(stage)
+        if timeout_s is not None:
+            runtime.efficiency.timeout_s = timeout_s
+        Runtime.install(runtime)
+        try:
+            params = SamplingParams(temperature=0.0, max_tokens=None)
+            return await asyncio.gather(
+                *(executor.execute(prompt, "Nidal Hasan", params, 4096, tokenizer, e) for e in engines)
+            )
+        finally:
+            Runtime.install(None)
+            await runtime.rewards.aclose()
+            await runtime.environment.search.aclose()
+
+    results = asyncio.run(group([one, two, one, two]))
+    assert [logs(r)["num_searches"] for r in results] == [1.0, 2.0, 1.0, 2.0]
+    assert [logs(r)["efficiency_bonus"] for r in results] == [0.5, 0.0, 0.5, 0.0]
+    assert [r["reward"] for r in results] == [1.5, 1.0, 1.5, 1.0]
+    # A group that never fills (two of four samples here) gets no bonus once the wait times out.
+    partial = asyncio.run(group([one, two], timeout_s=1.0))
+    assert [logs(r)["efficiency_bonus"] for r in partial] == [0.0, 0.0]
