@@ -19,6 +19,7 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from rollout.config import CONFIG_ENV, ConfigError, StageConfig
+from rollout.cost import RollingCost
 from rollout.efficiency import GroupBonus
 from rollout.environment import Episode, SearchEnvironment
 from rollout.protocol import END_QUERY
@@ -34,6 +35,7 @@ class Runtime:
     environment: SearchEnvironment
     rewards: RewardClient
     efficiency: GroupBonus | None = None
+    costs: RollingCost | None = None
 
     _current: ClassVar[Runtime | None] = None
 
@@ -50,7 +52,8 @@ class Runtime:
         if ep.efficiency_weight > 0:
             size = ep.efficiency_group_size or int(stage.openrlhf.get("rollout.n_samples_per_prompt") or 1)
             efficiency = GroupBonus(size, ep.efficiency_weight, ep.efficiency_timeout_s)
-        return cls(stage, SearchEnvironment(open_backend(stage.search), ep), rewards, efficiency)
+        costs = RollingCost(ep.cost_window) if ep.cost_weight > 0 else None
+        return cls(stage, SearchEnvironment(open_backend(stage.search), ep), rewards, efficiency, costs)
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -130,6 +133,9 @@ class SearchAgentInstance(AgentInstanceBase):
             correct = logs.get(self.runtime.stage.reward.answer_metric, 0.0) >= 1.0
             bonus = await self.runtime.efficiency.bonus(self.episode.prompt, self.episode.num_searches, correct)
             reward, logs = reward + bonus, {**logs, "efficiency_bonus": bonus}
+        if self.runtime.costs is not None:
+            penalty = self.runtime.stage.episode.cost_weight * self.runtime.costs.normalised(self.episode.cost)
+            reward, logs = reward - penalty, {**logs, "search_cost": self.episode.cost, "cost_penalty": penalty}
         return {
             "rewards": torch.tensor(reward),
             "scores": torch.tensor(result.score),

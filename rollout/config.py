@@ -76,6 +76,10 @@ class EpisodeConfig(Strict):
     )
     efficiency_group_size: int | None = Field(None, ge=2, description="default: openrlhf.rollout.n_samples_per_prompt")
     efficiency_timeout_s: float = Field(300.0, gt=0, description="longest wait for the rest of a group")
+    cost_weight: float = Field(
+        0.0, ge=0, description="subtract weight x the episode's search cost, normalised (Router-R1); 0 = off"
+    )
+    cost_window: int = Field(256, ge=1, description="recent episodes the cost is normalised over")
 
 
 class RewardServerConfig(Strict):

@@ -35,6 +35,7 @@ class Episode:
     capped: bool = False
     gold_hits: int = 0
     num_queries: int = 0  # queries sent to the backend; more than num_searches in multi-query mode
+    cost: float = 0.0  # what the backend charged (LLM routing), summed over the episode
 
     def metadata(self) -> dict[str, Any]:
         return {"num_searches": self.num_searches, "search_errors": self.search_errors}
@@ -90,17 +91,21 @@ class SearchEnvironment:
             t0 = time.perf_counter()
             try:
                 found = iter(await self.search.search(flat, cfg.top_k))
-                texts = [self._block_texts(qs, [next(found) for _ in qs]) for qs in split]
+                grouped = [[next(found) for _ in qs] for qs in split]
+                texts = [self._block_texts(qs, g) for qs, g in zip(split, grouped, strict=True)]
+                costs = [sum(p.cost for hits in g for p in hits) for g in grouped]
                 failed = False
             except SearchError as e:
                 # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
                 texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
+                costs = [0.0] * len(searching)
                 failed = True
             elapsed = time.perf_counter() - t0
             weight = self.config.process_reward_weight
-            for i, docs, qs in zip(searching, texts, split, strict=True):
+            for i, docs, qs, cost in zip(searching, texts, split, costs, strict=True):
                 ep = episodes[i]
                 ep.num_queries += len(qs)
+                ep.cost += cost
                 ep.search_errors += failed
                 ep.search_seconds += elapsed
                 feedback = format_documents(docs)

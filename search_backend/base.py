@@ -12,6 +12,8 @@ class Passage:
     title: str
     text: str
     score: float
+    # What answering cost (e.g. an LLM's tokens times its price); not part of the HTTP contract.
+    cost: float = 0.0
 
     def to_dict(self) -> dict[str, str | float]:
         return {"id": self.id, "title": self.title, "text": self.text, "score": self.score}

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from search_backend.base import SearchBackend
 from search_backend.http_client import HttpSearchBackend
+from search_backend.llm_router import LLMRouterBackend, RouterConfig
 from search_backend.local_faiss import LocalFaissBackend
 from search_backend.web import WebSearchBackend, WebSearchConfig
 
@@ -16,7 +17,7 @@ from search_backend.web import WebSearchBackend, WebSearchConfig
 class SearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["local", "http", "web"] = "http"
+    backend: Literal["local", "http", "web", "router"] = "http"
     index_dir: Path | None = None
     model: str | None = Field(default=None, description="must match the index manifest's model when set")
     device: Literal["cpu", "cuda"] = "cpu"
@@ -29,6 +30,7 @@ class SearchConfig(BaseModel):
     backoff_max_s: float = Field(default=8.0, ge=0)
     token_env: str = "SEARCHRL_SEARCH_TOKEN"
     web: WebSearchConfig | None = Field(default=None, description="the web-search settings, for backend: web")
+    router: RouterConfig | None = Field(default=None, description="the LLM pool, for backend: router")
 
     @field_validator("urls", mode="before")
     @classmethod
@@ -38,10 +40,20 @@ class SearchConfig(BaseModel):
         return value
 
 
-BACKENDS: dict[str, type] = {"local": LocalFaissBackend, "http": HttpSearchBackend, "web": WebSearchBackend}
+BACKENDS: dict[str, type] = {
+    "local": LocalFaissBackend,
+    "http": HttpSearchBackend,
+    "web": WebSearchBackend,
+    "router": LLMRouterBackend,
+}
 
 
 def open_backend(config: SearchConfig) -> SearchBackend:
-    # The web backend keeps its many options in a section of its own; the others read the top level.
-    settings = (config.web or WebSearchConfig()) if config.backend == "web" else config
-    return BACKENDS[config.backend].from_config(settings)
+    # The web and router backends keep their options in sections of their own; the others read the top level.
+    if config.backend == "web":
+        return WebSearchBackend.from_config(config.web or WebSearchConfig())
+    if config.backend == "router":
+        if config.router is None:
+            raise ValueError("search.router: required for backend: router (the pool of models)")
+        return LLMRouterBackend.from_config(config.router)
+    return BACKENDS[config.backend].from_config(config)

@@ -257,3 +257,61 @@ def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, mod
     # A group that never fills (two of four samples here) gets no bonus once the wait times out.
     partial = asyncio.run(group([one, two], timeout_s=1.0))
     assert [logs(r)["efficiency_bonus"] for r in partial] == [0.0, 0.0]
+
+
+def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers, tokenizer, model):
+    from search_backend.config import SearchConfig
+    from tests.fakes_web import FakeControl, chat_app
+
+    def ask(name):
+        return (
+            "I will ask a model. <|begin_of_query|> " + name + ": who was the 2009 Fort Hood shooter? <|end_of_query|>"
+        )
+
+    control = FakeControl(api_key=None)
+    with serve(chat_app(control, answer="The shooter was Nidal Hasan.")) as llm:
+        models = [
+            {"name": "small", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 1.0},
+            {"name": "big", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 4.0},
+        ]
+        stage, model_cfg = stage_config(servers, "episode.cost_weight=0.5")
+        stage = stage.model_copy(
+            update={"search": SearchConfig.model_validate({"backend": "router", "router": {"models": models}})}
+        )
+        prompt = render_prompt(model_cfg, QUESTION)
+        executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
+
+        async def two_episodes():
+            runtime = Runtime.from_stage(stage)
+            Runtime.install(runtime)
+            try:
+                params = SamplingParams(temperature=0.0, max_tokens=None)
+                out = []
+                for name in ("big", "small"):
+                    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [ask(name), ANSWER]))
+                    out.append(await executor.execute(prompt, "Nidal Hasan", params, 4096, tokenizer, engine))
+                return out
+            finally:
+                Runtime.install(None)
+                await runtime.rewards.aclose()
+                await runtime.environment.search.aclose()
+
+        big, small = asyncio.run(two_episodes())
+    assert "The shooter was Nidal Hasan." in tokenizer.decode(big["observation_tokens"])
+    assert logs(big)["search_cost"] == pytest.approx(0.04) and logs(small)["search_cost"] == pytest.approx(0.01)
+    assert logs(big)["cost_penalty"] == pytest.approx(0.5)  # the most expensive so far: the full weight
+    assert logs(small)["cost_penalty"] == pytest.approx(0.125)  # a quarter of the recent maximum
+    assert big["reward"] == pytest.approx(0.5) and small["reward"] == pytest.approx(0.875)
+
+
+def test_multi_query_block_through_the_openrlhf_loop(servers, tokenizer, model):
+    stage, model_cfg = stage_config(servers, "episode.max_queries_per_block=2")
+    prompt = render_prompt(model_cfg, QUESTION)
+    multi = "Two things to look up. <|begin_of_query|> 2009 Fort Hood shooting || Nidal Hasan <|end_of_query|>"
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [multi, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    got = logs(result)
+    assert got["num_searches"] == 1.0 and got["num_queries"] == 2.0 and got["format_ok"] == 1.0
+    text = tokenizer.decode(result["observation_tokens"])[len(prompt) :]
+    assert "(1)[2009 Fort Hood shooting] " in text and "(4)[Nidal Hasan] " in text
+    assert result["reward"] == 1.0

@@ -1,0 +1,131 @@
+"""LLM routing as a search backend (Router-R1's idea): the "search" is a question put to one of a
+pool of LLMs behind OpenAI-compatible endpoints, named in the query as `model-name: question`.
+
+Each answer comes back as one passage whose `cost` is its tokens times the model's price, so the
+environment can charge it; the questions of one step go out in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from search_backend.base import Passage, SearchError
+
+INSTRUCTION = "Answer the question briefly and factually, in a few sentences at most."
+
+
+class RoutedModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="what the policy writes before the colon")
+    base_url: str = Field(description="OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+    model: str = Field(description="the model name at that endpoint")
+    api_key_env: str | None = Field(None, description="env var holding the endpoint's key")
+    price_per_1k_prompt: float = Field(0.0, ge=0)
+    price_per_1k_completion: float = Field(0.0, ge=0)
+    max_tokens: int = Field(256, ge=1)
+
+
+class RouterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[RoutedModel] = Field(min_length=1)
+    timeout_s: float = Field(60.0, gt=0)
+    retries: int = Field(2, ge=0)
+
+
+class _Retryable(Exception):
+    pass
+
+
+class LLMRouterBackend:
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.models = {m.name: m for m in config.models}
+        self._client = httpx.AsyncClient(timeout=config.timeout_s)
+
+    @classmethod
+    def from_config(cls, config: RouterConfig) -> LLMRouterBackend:
+        return cls(config)
+
+    def route(self, query: str) -> tuple[RoutedModel | None, str]:
+        name, sep, question = query.partition(":")
+        if sep and name.strip() in self.models:
+            return self.models[name.strip()], question.strip()
+        return None, query
+
+    async def _ask(self, model: RoutedModel, question: str) -> Passage:
+        key = os.environ.get(model.api_key_env) if model.api_key_env else None
+        body = {
+            "model": model.model,
+            "max_tokens": model.max_tokens,
+            "temperature": 0,
+            "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": question}],
+        }
+
+        async def once() -> dict:
+            try:
+                resp = await self._client.post(
+                    f"{model.base_url.rstrip('/')}/chat/completions",
+                    json=body,
+                    headers={"Authorization": f"Bearer {key}"} if key else None,
+                )
+            except httpx.HTTPError as e:
+                raise _Retryable(f"{model.name}: {type(e).__name__}") from e
+            if resp.status_code == 429 or resp.status_code >= 500:
+                raise _Retryable(f"{model.name}: HTTP {resp.status_code}")
+            if resp.status_code >= 400:
+                raise SearchError(f"{model.name} refused the question: HTTP {resp.status_code}")
+            try:
+                return resp.json()
+            except ValueError as e:
+                raise _Retryable(f"{model.name}: the answer is not JSON") from e
+
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.config.retries + 1),
+                wait=wait_exponential(multiplier=0.2, max=5),
+                retry=retry_if_exception_type(_Retryable),
+                reraise=False,
+            ):
+                with attempt:
+                    data = await once()
+        except RetryError as e:
+            raise SearchError(f"{e.last_attempt.exception()} (after {self.config.retries + 1} tries)") from None
+        try:
+            text = str(data["choices"][0]["message"]["content"]).strip()
+        except (KeyError, IndexError, TypeError):
+            raise SearchError(f"{model.name}: an answer without choices[0].message.content") from None
+        usage = data.get("usage") or {}
+        cost = (
+            usage.get("prompt_tokens", 0) * model.price_per_1k_prompt
+            + usage.get("completion_tokens", 0) * model.price_per_1k_completion
+        ) / 1000
+        return Passage(id=model.name, title=model.name, text=text, score=1.0, cost=cost)
+
+    async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
+        """One answer per query, from the model it names; an unknown name gets the list of models."""
+
+        async def one(query: str) -> list[Passage]:
+            model, question = self.route(query)
+            if model is None:
+                names = ", ".join(self.models)
+                return [
+                    Passage(
+                        id="router",
+                        title="router",
+                        score=0.0,
+                        text=f"No model was named. Write the query as `model: question`, with model one of: {names}.",
+                    )
+                ]
+            return [await self._ask(model, question)]
+
+        return list(await asyncio.gather(*(one(q) for q in queries)))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
