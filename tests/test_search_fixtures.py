@@ -11,12 +11,7 @@ import functools
 import json
 import os
 import shutil
-import socket
 import tempfile
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -59,33 +54,6 @@ def fixture_backend():
 
 def fixture_queries() -> list[dict]:
     return [json.loads(line) for line in QUERIES.read_text(encoding="utf-8").splitlines()]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def running_server(app, port: int | None = None) -> Iterator[str]:
-    """A real uvicorn server on a loopback port, in a background thread; yields its base URL."""
-    import uvicorn
-
-    port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def test_fixture_targets_are_in_the_slice():

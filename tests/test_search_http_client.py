@@ -4,11 +4,12 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from rollout.service import free_port
 from search_backend.base import Passage, SearchError
 from search_backend.config import SearchConfig, open_backend
 from search_backend.http_client import HttpSearchBackend
 from search_backend.serve import ServerConfig, create_app
-from tests.test_search_fixtures import free_port, running_server
+from tests.conftest import serve as running_server
 
 
 class NamedBackend:

@@ -5,7 +5,8 @@ import httpx
 import pytest
 
 from search_backend.serve import ServerConfig, create_app
-from tests.test_search_fixtures import QUERIES_1000, fixture_backend, fixture_queries, running_server
+from tests.conftest import serve as running_server
+from tests.test_search_fixtures import QUERIES_1000, fixture_backend, fixture_queries
 
 
 def same_results(served: list[dict], expected) -> None:
