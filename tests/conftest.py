@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import uvicorn
 
@@ -44,10 +43,6 @@ def serve(app, port: int | None = None) -> Iterator[str]:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
-
-
-def get(url: str) -> httpx.Response:
-    return httpx.get(url, timeout=10)
 
 
 @pytest.fixture(scope="session")
