@@ -22,14 +22,24 @@ def _bool_mapping(s: str) -> str:
     return {"True": "yes", "False": "no"}.get(s, s)
 
 
-# Golds repeat across the samples of a group and across steps; caching keeps scoring off the server's hot path.
-@lru_cache(maxsize=65536)
+_PUNCTUATION_TO_SPACE = str.maketrans(dict.fromkeys(_PUNCTUATION, " "))
+# Golds and short answers repeat across the samples of a group and across steps, so they are cached;
+# longer texts are normalised each time, which bounds the cache (32,768 entries of at most 128
+# characters, under 40 MB) whatever predictions the policy writes.
+_CACHED_CHARS = 128
+
+
+def _normalize(s: str) -> str:
+    s = _bool_mapping(s).replace("_", " ").lower().translate(_PUNCTUATION_TO_SPACE)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+_normalize_cached = lru_cache(maxsize=32768)(_normalize)
+
+
 def normalize_answer(s: str) -> str:
     """Lower-case, `_` to space, punctuation to space, drop a/an/the, collapse white space."""
-    s = _bool_mapping(s).replace("_", " ").lower()
-    s = "".join(" " if ch in _PUNCTUATION else ch for ch in s)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
+    return _normalize_cached(s) if len(s) <= _CACHED_CHARS else _normalize(s)
 
 
 def exact_match(prediction: str, gold: str) -> float:
@@ -78,6 +88,8 @@ def as_golds(label: object) -> list[str]:
                 decoded = json.loads(stripped)
             except json.JSONDecodeError:
                 return [label]
+            except RecursionError:
+                raise TypeError("a label's JSON-encoded list is nested too deep; send a list of strings") from None
             if isinstance(decoded, list) and all(isinstance(x, str) for x in decoded):
                 return decoded
         return [label]

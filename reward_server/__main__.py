@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 import uvicorn
 
-from reward_server.app import TOKEN_ENV, ServerSettings, create_app, token_from_env
+from reward_server.app import SETTINGS_ENV, TOKEN_ENV, ServerSettings, create_app, token_from_env
 from reward_server.spec import PRESETS
+from rollout.asgi_limits import Limits, uvicorn_options
 from rollout.config import ConfigError, load_reward_spec
 
 
@@ -25,9 +27,18 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--preset", choices=sorted(PRESETS), help="a named reward spec instead of --config")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--workers", type=int, default=1, help="server processes sharing the port (default: 1)")
     p.add_argument("--log-jsonl", type=Path, default=None, help="append every scored sample to this JSONL file")
-    p.add_argument("--max-body-mb", type=float, default=64.0, help="reject larger request bodies with 413")
+    p.add_argument("--max-body-mb", type=float, default=4.0, help="reject larger request bodies with 413 (default: 4)")
     p.add_argument("--max-items", type=int, default=4096, help="most samples in one request")
+    p.add_argument(
+        "--max-query-chars", type=int, default=256 * 1024, help="longest query or prompt, in characters (422 over it)"
+    )
+    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a request's headers may take")
+    p.add_argument("--body-timeout", type=float, default=30.0, help="seconds a request's body may take (408 after)")
+    p.add_argument(
+        "--max-concurrency", type=int, default=4096, help="open connections or requests in flight before 503s"
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="spec overrides, e.g. answer_metric=f1")
     return p
 
@@ -39,16 +50,31 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.workers < 1:
+        print("error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    limits = Limits(
+        header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout, max_concurrency=args.max_concurrency
+    )
     settings = ServerSettings(
         spec=spec,
         preset=args.preset,
         log_jsonl=args.log_jsonl,
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         max_items=args.max_items,
+        max_query_chars=args.max_query_chars,
         token=token_from_env(),
+        limits=limits,
     )
     logging.basicConfig(level=logging.INFO)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info", access_log=False)
+    options = {"host": args.host, "port": args.port, "log_level": "info", "access_log": False}
+    options.update(uvicorn_options(limits))
+    if args.workers == 1:
+        uvicorn.run(create_app(settings), **options)
+    else:
+        # Worker processes build their own app from the settings passed in the environment.
+        os.environ[SETTINGS_ENV] = settings.to_env()
+        uvicorn.run("reward_server.app:app_from_env", factory=True, workers=args.workers, **options)
     return 0
 
 

@@ -1,8 +1,9 @@
 """The reward HTTP service: OpenRLHF's remote-reward protocol over the stage's reward spec.
 
 OpenRLHF sends one request per finished sample, so thousands of tiny concurrent requests per step
-are the normal load: small batches are scored inline (a thread hop would cost more than the
-scoring), large ones go to the thread pool so the event loop keeps accepting connections.
+are the normal load: small requests are scored inline (a thread hop would cost more than the
+scoring), large ones (many samples or a big body) go to the thread pool so the event loop keeps
+accepting connections.
 """
 
 from __future__ import annotations
@@ -10,31 +11,33 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from eval.metrics import as_golds
 from reward_server.scoring import SampleScore, score_solution
 from reward_server.spec import RewardSpec
-from rollout.asgi_limits import BodyLimit
+from rollout.asgi_limits import BodyError, Limits, RequestGuard, is_authorized, parse_json, secret_value
 from rollout.protocol import split_solution
 
 log = logging.getLogger("reward_server")
 
 TOKEN_ENV = "SEARCHRL_REWARD_TOKEN"
+SETTINGS_ENV = "SEARCHRL_REWARD_SETTINGS"
 INLINE_BATCH = 16
+INLINE_BYTES = 64 * 1024
+# The environment runs at most a few dozen searches per episode; anything far beyond is not a count.
+MAX_NUM_SEARCHES = 10_000
 
 
 class RewardRequest(BaseModel):
@@ -44,7 +47,9 @@ class RewardRequest(BaseModel):
     prompts: list[str] | None = Field(None, description="the prompts; the solution is what follows them")
     # Checked by as_golds rather than by a pydantic union, so an error names `labels.i` and not a union branch.
     labels: list[Any] = Field(description="gold answers: a string, a list of strings, or a JSON-encoded list")
-    metadata: list[dict[str, Any]] | None = Field(None, description="per sample, e.g. num_searches")
+    metadata: list[dict[str, Any]] | None = Field(
+        None, description="per sample, e.g. num_searches (a whole number >= 0: how many searches really ran)"
+    )
 
 
 class RewardResponse(BaseModel):
@@ -67,44 +72,111 @@ class ServerSettings:
     spec: RewardSpec
     preset: str | None = None
     log_jsonl: Path | None = None
-    max_body_bytes: int = 64 * 1024 * 1024
+    # One sample of a real episode is 10-50 KB (8 searches of 3 passages, 512-token segments).
+    max_body_bytes: int = 4 * 1024 * 1024
     max_items: int = 4096
-    token: str | None = field(default=None, repr=False)
+    max_query_chars: int = 256 * 1024
+    max_golds: int = 1000
+    token: SecretStr | str | None = field(default=None, repr=False)
+    limits: Limits = field(default_factory=Limits)
+
+    def to_env(self) -> str:
+        """These settings (without the token, which workers read from its own variable) as JSON for workers."""
+        return json.dumps(
+            {
+                "spec": self.spec.model_dump(mode="json"),
+                "preset": self.preset,
+                "log_jsonl": str(self.log_jsonl) if self.log_jsonl else None,
+                "max_body_bytes": self.max_body_bytes,
+                "max_items": self.max_items,
+                "max_query_chars": self.max_query_chars,
+                "max_golds": self.max_golds,
+                "limits": asdict(self.limits),
+            }
+        )
+
+    @classmethod
+    def from_env(cls, text: str) -> ServerSettings:
+        data = json.loads(text)
+        return cls(
+            spec=RewardSpec.model_validate(data.pop("spec")),
+            log_jsonl=Path(data.pop("log_jsonl")) if data.get("log_jsonl") else None,
+            limits=Limits(**data.pop("limits")),
+            token=token_from_env(),
+            **{k: v for k, v in data.items() if k != "log_jsonl"},
+        )
 
 
 class _ScoreLog:
-    """Appends one JSON line per scored sample; a lock keeps lines whole across threads."""
+    """Appends one JSON line per scored sample; each batch is one write to an O_APPEND file, so lines stay
+    whole across threads and across worker processes."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: TextIO = path.open("a", encoding="utf-8")
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
 
     def write(self, records: list[dict[str, Any]]) -> None:
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
         with self._lock:
-            self._fh.write(text)
-            self._fh.flush()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
         with self._lock:
-            self._fh.close()
+            os.close(self._fd)
 
 
-def _validate_shape(req: RewardRequest, max_items: int) -> list[list[str]]:
+def _parse(body: bytes) -> RewardRequest:
+    try:
+        return RewardRequest.model_validate(parse_json(body))
+    except BodyError as e:
+        raise RequestError(e.field, e.message) from None
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        raise RequestError(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
+
+
+def _shown(value: Any) -> str:
+    if type(value) is int:
+        return str(value) if abs(value) < 10**15 else "a number too large"
+    return repr(value)[:40] if isinstance(value, str | float) else f"a {type(value).__name__}"
+
+
+def _check_num_searches(value: Any, where: str) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_NUM_SEARCHES:
+        limit = f"must be a whole number from 0 to {MAX_NUM_SEARCHES} (the searches the environment ran)"
+        raise RequestError(where, f"{limit}, got {_shown(value)}")
+
+
+def _validate_shape(req: RewardRequest, settings: ServerSettings) -> list[list[str]]:
     n = len(req.query)
-    if n > max_items:
-        raise RequestError("query", f"{n} items, more than the limit of {max_items}")
+    if n > settings.max_items:
+        raise RequestError("query", f"{n} items, more than the limit of {settings.max_items}")
     for name in ("prompts", "labels", "metadata"):
         values = getattr(req, name)
         if values is not None and len(values) != n:
             raise RequestError(name, f"has {len(values)} items but query has {n}; the lists must be aligned")
+    for name in ("query", "prompts"):
+        for i, text in enumerate(getattr(req, name) or ()):
+            if len(text) > settings.max_query_chars:
+                raise RequestError(
+                    f"{name}.{i}", f"{len(text)} characters, over the limit of {settings.max_query_chars}"
+                )
+    if req.metadata is not None:
+        for i, meta in enumerate(req.metadata):
+            if "num_searches" in meta:
+                _check_num_searches(meta["num_searches"], f"metadata.{i}.num_searches")
     golds = []
     for i, label in enumerate(req.labels):
         try:
-            golds.append(as_golds(label))
+            gold = as_golds(label)
         except TypeError as e:
             raise RequestError(f"labels.{i}", str(e)) from None
+        if len(gold) > settings.max_golds:
+            raise RequestError(f"labels.{i}", f"{len(gold)} gold answers, over the limit of {settings.max_golds}")
+        golds.append(gold)
     return golds
 
 
@@ -122,18 +194,14 @@ def _score_batch(req: RewardRequest, golds: list[list[str]], spec: RewardSpec) -
     return results
 
 
+def _handle(body: bytes, settings: ServerSettings) -> tuple[RewardRequest, list[list[str]], list[SampleScore]]:
+    req = _parse(body)
+    golds = _validate_shape(req, settings)
+    return req, golds, _score_batch(req, golds, settings.spec)
+
+
 def _error(status: int, field_name: str, message: str) -> JSONResponse:
     return JSONResponse({"detail": f"{field_name}: {message}", "field": field_name}, status_code=status)
-
-
-def _first_error(errors: Sequence[Any]) -> JSONResponse:
-    first = errors[0]
-    name = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-    return _error(422, name, first["msg"])
-
-
-def _validation_error(e: ValidationError) -> JSONResponse:
-    return _first_error(e.errors(include_url=False))
 
 
 _REQUEST_SCHEMA = RewardRequest.model_json_schema()
@@ -151,29 +219,34 @@ def create_app(settings: ServerSettings) -> FastAPI:
             state["log"].close()
 
     app = FastAPI(title="searchrl reward server", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _first_error(exc.errors())
+    app.add_middleware(
+        RequestGuard,
+        max_bytes=settings.max_body_bytes,
+        token=secret_value(settings.token),
+        body_timeout_s=settings.limits.body_timeout_s,
+    )
 
     @app.exception_handler(RequestError)
     async def _inconsistent(request: Request, exc: RequestError) -> JSONResponse:
         return _error(422, exc.field, exc.message)
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health(request: Request) -> dict[str, Any]:
+        # Open for liveness checks; what the server runs (the spec) only with the token.
+        if not is_authorized(request.scope):
+            return {"status": "ok"}
         return {
             "status": "ok",
             "preset": settings.preset,
             "spec": settings.spec.model_dump(),
             "scored": state["scored"],
             "uptime_s": round(time.time() - state["started"], 1),
+            "pid": os.getpid(),
         }
 
-    # The body is validated with pydantic-core's JSON parser and the answer written directly: at
-    # thousands of tiny requests per step, FastAPI's generic body and response handling cost more
-    # than the scoring. The schemas still appear in the OpenAPI spec.
+    # The body is parsed with a strict JSON parser, validated in Python mode and the answer written
+    # directly: at thousands of tiny requests per step, FastAPI's generic body and response handling
+    # cost more than the scoring. The schemas still appear in the OpenAPI spec.
     @app.post(
         "/get_reward",
         response_model=RewardResponse,
@@ -182,19 +255,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
         },
     )
     async def get_reward(request: Request) -> Response:
-        if settings.token is not None:
-            sent = request.headers.get("authorization", "")
-            if not secrets.compare_digest(sent.encode(), f"Bearer {settings.token}".encode()):
-                return _error(401, "authorization", "missing or wrong bearer token")
-        try:
-            req = RewardRequest.model_validate_json(await request.body())
-        except ValidationError as e:
-            return _validation_error(e)
-        golds = _validate_shape(req, settings.max_items)
-        if len(req.query) <= INLINE_BATCH:
-            results = _score_batch(req, golds, settings.spec)
+        body = await request.body()
+        if len(body) > INLINE_BYTES:
+            req, golds, results = await run_in_threadpool(_handle, body, settings)
         else:
-            results = await run_in_threadpool(_score_batch, req, golds, settings.spec)
+            req = _parse(body)
+            golds = _validate_shape(req, settings)
+            if len(req.query) <= INLINE_BATCH:
+                results = _score_batch(req, golds, settings.spec)
+            else:
+                results = await run_in_threadpool(_score_batch, req, golds, settings.spec)
         state["scored"] += len(results)
         if state["log"] is not None:
             records = [
@@ -203,14 +273,19 @@ def create_app(settings: ServerSettings) -> FastAPI:
             ]
             await run_in_threadpool(state["log"].write, records)
         names = results[0].logs.keys()
-        body = {
+        out = {
             "rewards": [r.reward for r in results],
             "scores": [r.score for r in results],
             "extra_logs": {name: [r.logs[name] for r in results] for name in names},
         }
-        return Response(json.dumps(body), media_type="application/json")
+        return Response(json.dumps(out), media_type="application/json")
 
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The app for a `--workers` process: settings from $SEARCHRL_REWARD_SETTINGS, token from its own variable."""
+    return create_app(ServerSettings.from_env(os.environ[SETTINGS_ENV]))
 
 
 def token_from_env() -> str | None:

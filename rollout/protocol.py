@@ -181,13 +181,43 @@ def split_solution(query: str, prompt: str) -> str:
     return query[end:]
 
 
+# str.split()'s white space (every str.isspace() code point; the last one is U+3000) mapped to nothing.
+_DROP_SPACE = {c: None for c in range(0x3001) if chr(c).isspace()}
+_NON_SPACE_RUN = re.compile(r"\S+")
+_BLOCK = 1 << 16
+
+
+def _squeeze(text: str) -> str:
+    """`text` without white space. str.translate is fastest on ASCII; otherwise split and join a block
+    at a time, which bounds the word objects alive at once."""
+    if text.isascii():
+        return text.translate(_DROP_SPACE)
+    return "".join("".join(text[i : i + _BLOCK].split()) for i in range(0, len(text), _BLOCK))
+
+
 def _match_ignoring_space(query: str, prompt: str) -> int | None:
-    needle = "".join(prompt.split())
+    """Where the prompt ends in the query when white space is ignored on both sides, or None.
+
+    Works on whole strings and fixed-size blocks (squeezed copies, one find): a per-character
+    position list of a multi-megabyte query cost gigabytes.
+    """
+    needle = _squeeze(prompt)
     if not needle:
         return 0
-    positions = [i for i, ch in enumerate(query) if not ch.isspace()]
-    squeezed = "".join(query[i] for i in positions)
-    at = squeezed.find(needle)
+    at = _squeeze(query).find(needle)
     if at < 0:
         return None
-    return positions[at + len(needle) - 1] + 1
+    return _end_of_non_space(query, at + len(needle))
+
+
+def _end_of_non_space(text: str, n: int) -> int:
+    """The index just past the n-th (n >= 1) non-space character of `text`, which has at least n."""
+    start = 0
+    while (count := len(_squeeze(text[start : start + _BLOCK]))) < n:
+        n -= count
+        start += _BLOCK
+    for run in _NON_SPACE_RUN.finditer(text, start, start + _BLOCK):
+        if n <= run.end() - run.start():
+            return run.start() + n
+        n -= run.end() - run.start()
+    raise AssertionError("unreachable: the block holds the n-th non-space character")

@@ -4,37 +4,58 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import defaultdict
+import logging
+from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from search_backend.base import Passage
 
+log = logging.getLogger(__name__)
+
 SearchFn = Callable[[list[str], int], Awaitable[list[list[Passage]]]]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pending:
     queries: list[str]
     top_k: int
     future: asyncio.Future = field(repr=False)
+    results: list[list[Passage]] = field(default_factory=list, repr=False)
+    handed: int = 0  # queries given to a batch so far
+    answered: int = 0
+
+    def __post_init__(self) -> None:
+        self.results = [[] for _ in self.queries]
+
+
+@dataclass(frozen=True)
+class _Slice:
+    request: _Pending
+    start: int
+    stop: int
 
 
 class MicroBatcher:
-    """One worker drains the queue: while a batch runs, new requests pile up and form the next batch.
+    """One worker forms batches of at most `max_batch` queries and runs them one after another.
 
-    A batch takes every waiting request (up to `max_batch` queries), then waits at most `max_wait_s` for more.
-    Requests with different top_k run as separate calls so each gets exactly what it would get alone.
+    A batch waits at most `max_wait_s` for more requests, then takes a fair share of every waiting
+    request: a request of a thousand queries is served `max_batch` at a time alongside the others
+    instead of ahead of them, so one large request cannot starve small ones. Requests with different
+    top_k run as separate calls so each gets exactly what it would get alone. When a call fails and
+    carried several requests, each is retried alone, so one bad request fails only itself.
     """
 
     def __init__(self, search: SearchFn, max_batch: int = 64, max_wait_s: float = 0.002) -> None:
         self._search = search
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._waiting: deque[_Pending] = deque()
+        self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
         self.batches = 0
         self.batched_queries = 0
+        self.retried_alone = 0
 
     def start(self) -> None:
         if self._worker is None:
@@ -48,55 +69,101 @@ class MicroBatcher:
             self._worker = None
 
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
+        if not queries:
+            return []
+        # A caller that goes away cancels the future; the worker then skips what is left of its queries.
         future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(queries, top_k, future))
+        self._waiting.append(_Pending(list(queries), top_k, future))
+        self._arrived.set()
         return await future
 
-    async def _collect(self) -> list[_Pending]:
-        batch = [await self._queue.get()]
-        size = len(batch[0].queries)
+    def _queued(self) -> int:
+        return sum(len(p.queries) - p.handed for p in self._waiting if not p.future.done())
+
+    async def _wait_for_batch(self) -> None:
+        while not self._waiting:
+            self._arrived.clear()
+            await self._arrived.wait()
         deadline = asyncio.get_running_loop().time() + self.max_wait_s
-        while size < self.max_batch:
-            try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                remaining = deadline - asyncio.get_running_loop().time()
-                if remaining <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), remaining)
-                except TimeoutError:
-                    break
-            batch.append(item)
-            size += len(item.queries)
-        return batch
+        while self._queued() < self.max_batch:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+
+    def _take(self) -> list[_Slice]:
+        """A fair share of every waiting request: each gets max_batch // waiting, then the rest in order."""
+        active = [p for p in self._waiting if not p.future.done()]
+        self._waiting.clear()
+        slices: list[_Slice] = []
+        room = self.max_batch
+        share = max(1, room // max(1, len(active)))
+        for rounds_share in (share, room):
+            for request in active:
+                take = min(rounds_share, len(request.queries) - request.handed, room)
+                if take > 0:
+                    slices.append(_Slice(request, request.handed, request.handed + take))
+                    request.handed += take
+                    room -= take
+        self._waiting.extend(p for p in active if p.handed < len(p.queries))
+        return slices
 
     async def _run(self) -> None:
         while True:
-            batch = await self._collect()
-            by_k: dict[int, list[_Pending]] = defaultdict(list)
-            for item in batch:
-                by_k[item.top_k].append(item)
-            for top_k, items in by_k.items():
-                await self._run_group(top_k, items)
+            await self._wait_for_batch()
+            slices = self._take()
+            by_k: dict[int, list[_Slice]] = defaultdict(list)
+            for s in slices:
+                by_k[s.request.top_k].append(s)
+            for top_k, group in by_k.items():
+                await self._run_group(top_k, group)
 
-    async def _run_group(self, top_k: int, items: list[_Pending]) -> None:
-        flat = [q for item in items for q in item.queries]
+    async def _call(self, top_k: int, group: list[_Slice]) -> None:
+        flat = [q for s in group for q in s.request.queries[s.start : s.stop]]
         self.batches += 1
         self.batched_queries += len(flat)
+        results = await self._search(flat, top_k)
+        at = 0
+        for s in group:
+            request = s.request
+            request.results[s.start : s.stop] = results[at : at + s.stop - s.start]
+            at += s.stop - s.start
+            request.answered += s.stop - s.start
+            if request.answered == len(request.queries) and not request.future.done():
+                request.future.set_result(request.results)
+
+    async def _run_group(self, top_k: int, group: list[_Slice]) -> None:
         try:
-            results = await self._search(flat, top_k)
-        except Exception as exc:  # noqa: BLE001 - every waiting request must hear about the failure
-            for item in items:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+            await self._call(top_k, group)
             return
-        start = 0
-        for item in items:
-            if not item.future.done():
-                item.future.set_result(results[start:start + len(item.queries)])
-            start += len(item.queries)
+        except Exception as exc:  # noqa: BLE001 - the failure belongs to one request or to all; find out which
+            if len({id(s.request) for s in group}) == 1:
+                self._fail(group[0].request, exc)
+                return
+            log.warning("a batch of %d requests failed (%s); retrying each alone", len(group), exc)
+        for s in group:
+            if s.request.future.done():
+                continue
+            self.retried_alone += 1
+            try:
+                await self._call(top_k, [s])
+            except Exception as exc:  # noqa: BLE001 - every waiting request must hear about its failure
+                self._fail(s.request, exc)
+
+    def _fail(self, request: _Pending, exc: BaseException) -> None:
+        if not request.future.done():
+            request.future.set_exception(exc)
+        with contextlib.suppress(ValueError):
+            self._waiting.remove(request)
 
     def stats(self) -> dict[str, float | int]:
-        return {"enabled": True, "max_batch": self.max_batch, "max_wait_ms": self.max_wait_s * 1000,
-                "batches": self.batches, "mean_batch": self.batched_queries / self.batches if self.batches else 0.0}
+        return {
+            "enabled": True,
+            "max_batch": self.max_batch,
+            "max_wait_ms": self.max_wait_s * 1000,
+            "batches": self.batches,
+            "mean_batch": self.batched_queries / self.batches if self.batches else 0.0,
+            "retried_alone": self.retried_alone,
+        }

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any, Literal, TypeVar
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictInt, StrictStr, ValidationError
 
-from rollout.asgi_limits import BodyLimit
+from rollout.asgi_limits import (
+    BodyError,
+    Limits,
+    RequestGuard,
+    is_authorized,
+    parse_json,
+    secret_value,
+    uvicorn_options,
+)
 from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
 from search_backend.batching import MicroBatcher
 from search_backend.cache import ResultCache
@@ -40,9 +46,11 @@ class ServerConfig(BaseModel):
     cache_size: int = Field(default=100_000, ge=0)
     max_top_k: int = Field(default=100, ge=1)
     max_queries: int = Field(default=1024, ge=1)
+    max_query_chars: int = Field(default=2048, ge=1)
     max_body_bytes: int = Field(default=1 << 20, ge=1)
-    token: str | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
+    token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
     threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
+    limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
 
 
 class InvalidRequest(ValueError):
@@ -50,10 +58,6 @@ class InvalidRequest(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-class Unauthorized(PermissionError):
-    """No bearer token, or the wrong one, while the server requires one."""
 
 
 class SearchRequest(BaseModel):
@@ -90,18 +94,32 @@ class SearchService:
         self.config = config
         self.cache = ResultCache(config.cache_size)
         self.version = getattr(backend, "version", "")
-        self.batcher = (MicroBatcher(backend.search, config.max_batch, config.max_wait_ms / 1000)
-                        if config.batching else None)
+        self.batcher = (
+            MicroBatcher(backend.search, config.max_batch, config.max_wait_ms / 1000) if config.batching else None
+        )
 
     def validate(self, queries: list[str], top_k: int, queries_field: str, k_field: str) -> None:
         if not queries:
             raise InvalidRequest(queries_field, "must hold at least one query")
         if len(queries) > self.config.max_queries:
-            raise InvalidRequest(queries_field, f"{len(queries)} queries is over the limit of "
-                                                f"{self.config.max_queries}")
+            raise InvalidRequest(
+                queries_field, f"{len(queries)} queries is over the limit of {self.config.max_queries}"
+            )
         for i, query in enumerate(queries):
             if not query.strip():
                 raise InvalidRequest(f"{queries_field}.{i}", "empty query")
+            if len(query) > self.config.max_query_chars:
+                raise InvalidRequest(
+                    f"{queries_field}.{i}",
+                    f"{len(query)} characters is over the limit of {self.config.max_query_chars}",
+                )
+            try:
+                query.encode("utf-8")
+            except UnicodeEncodeError:
+                # Checked here, before batching: the tokenizer would fail the whole micro-batch on it.
+                raise InvalidRequest(
+                    f"{queries_field}.{i}", "not valid Unicode (a lone surrogate); send UTF-8 text"
+                ) from None
         if not 1 <= top_k <= self.config.max_top_k:
             raise InvalidRequest(k_field, f"must be between 1 and {self.config.max_top_k}, got {top_k}")
 
@@ -127,16 +145,22 @@ class SearchService:
         }
 
 
-async def guarded_service(request: Request) -> SearchService:
-    """The app's service, once the bearer token (when the server has one) checks out."""
-    token = request.app.state.token
-    given = request.headers.get("authorization", "").encode()
-    if token is not None and not hmac.compare_digest(given, f"Bearer {token}".encode()):
-        raise Unauthorized("Authorization: missing or wrong bearer token")
-    return request.app.state.service
+Body = TypeVar("Body", bound=BaseModel)
 
 
-Guarded = Annotated[SearchService, Depends(guarded_service)]
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    """The request body as `model`, parsed as strict JSON (no NaN, no duplicate keys); 422 naming the field."""
+    try:
+        return model.model_validate(parse_json(await request.body()))
+    except BodyError as e:
+        raise InvalidRequest(e.field, e.message) from None
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        raise InvalidRequest(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
 def set_cpu_threads(threads: int) -> None:
@@ -148,15 +172,10 @@ def set_cpu_threads(threads: int) -> None:
     faiss.omp_set_num_threads(threads)
 
 
-def _field_of(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("body",)]
-    return ".".join(parts) or "body"
-
-
 def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> FastAPI:
     """The server app; its lifespan opens the local index (unless a backend is given) and the batcher."""
     # An explicit empty token turns auth off even when the environment variable is set.
-    token = (config.token if config.token is not None else os.environ.get(TOKEN_ENV)) or None
+    token = secret_value(config.token) if config.token is not None else secret_value(os.environ.get(TOKEN_ENV))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -169,13 +188,18 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
 
             if config.index_dir is None:
                 raise ValueError("index_dir: required when no backend is given")
-            active = await asyncio.to_thread(LocalFaissBackend, config.index_dir, model=config.model,
-                                             device=config.device, nprobe=config.nprobe, ef_search=config.ef_search)
+            active = await asyncio.to_thread(
+                LocalFaissBackend,
+                config.index_dir,
+                model=config.model,
+                device=config.device,
+                nprobe=config.nprobe,
+                ef_search=config.ef_search,
+            )
         service = SearchService(active, config)
         if service.batcher:
             service.batcher.start()
         app.state.service = service
-        app.state.token = token
         try:
             yield
         finally:
@@ -185,45 +209,52 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
                 await active.aclose()
 
     app = FastAPI(title="searchrl retrieval server", lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
-        field = _field_of(tuple(first.get("loc", ())))
-        return JSONResponse(status_code=422, content={"detail": f"{field}: {first.get('msg')}", "field": field})
+    # Token, content type and body size are checked before the body is read (rollout/asgi_limits.py).
+    app.add_middleware(
+        RequestGuard,
+        max_bytes=config.max_body_bytes,
+        token=token,
+        auth_field="Authorization",
+        body_timeout_s=config.limits.body_timeout_s,
+    )
 
     @app.exception_handler(InvalidRequest)
     async def _bad_value(request: Request, exc: InvalidRequest) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": str(exc), "field": exc.field})
 
-    @app.exception_handler(Unauthorized)
-    async def _denied(request: Request, exc: Unauthorized) -> JSONResponse:
-        return JSONResponse(status_code=401, content={"detail": str(exc), "field": "Authorization"})
-
     @app.get("/health")
     async def health(request: Request) -> dict:
+        # Open for liveness checks; the manifest (corpus path, checksum) only with the token.
+        if not is_authorized(request.scope):
+            return {"status": "ok"}
         return request.app.state.service.health()
 
-    @app.post("/search")
-    async def search(body: SearchRequest, service: Guarded) -> dict:
+    @app.post("/search", openapi_extra=_schema(SearchRequest))
+    async def search(request: Request) -> dict:
+        body = await parse_body(request, SearchRequest)
+        service: SearchService = request.app.state.service
         service.validate(body.queries, body.top_k, "queries", "top_k")
         results = await service.search(body.queries, body.top_k)
         return {"results": [[p.to_dict() for p in hits] for hits in results]}
 
-    @app.post("/queries")
-    async def r1_queries(body: R1Request, service: Guarded) -> dict:
+    @app.post("/queries", openapi_extra=_schema(R1Request))
+    async def r1_queries(request: Request) -> dict:
+        body = await parse_body(request, R1Request)
+        service: SearchService = request.app.state.service
         service.validate(body.queries, body.k, "queries", "k")
         results = await service.search(body.queries, body.k)
         return {"queries": body.queries, "answers": [[format_r1(p) for p in hits] for hits in results]}
 
-    @app.post("/retrieve")
-    async def retrieve(body: RetrieveRequest, service: Guarded) -> dict:
+    @app.post("/retrieve", openapi_extra=_schema(RetrieveRequest))
+    async def retrieve(request: Request) -> dict:
+        body = await parse_body(request, RetrieveRequest)
+        service: SearchService = request.app.state.service
         service.validate(body.queries, body.topk, "queries", "topk")
         results = await service.search(body.queries, body.topk)
         if body.return_scores:
-            return {"result": [[{"document": format_search_r1(p), "score": p.score} for p in hits]
-                               for hits in results]}
+            return {
+                "result": [[{"document": format_search_r1(p), "score": p.score} for p in hits] for hits in results]
+            }
         return {"result": [[format_search_r1(p) for p in hits] for hits in results]}
 
     return app
@@ -243,7 +274,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-size", type=int, default=100_000, help="LRU result-cache entries (0: off)")
     p.add_argument("--max-top-k", type=int, default=100)
     p.add_argument("--max-queries", type=int, default=1024, help="most queries in one request")
+    p.add_argument("--max-query-chars", type=int, default=2048, help="longest query, in characters")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a request's headers may take")
+    p.add_argument("--body-timeout", type=float, default=30.0, help="seconds a request's body may take (408 after)")
+    p.add_argument(
+        "--max-concurrency", type=int, default=4096, help="open connections or requests in flight before 503s"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch and FAISS CPU threads (default: theirs)")
     p.add_argument("--log-level", default="warning")
     return p
@@ -254,11 +291,29 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    config = ServerConfig(index_dir=args.index, device=args.device, nprobe=args.nprobe, ef_search=args.ef_search,
-                          batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                          cache_size=args.cache_size, max_top_k=args.max_top_k, max_queries=args.max_queries,
-                          max_body_bytes=args.max_body_bytes, threads=args.threads)
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
+    config = ServerConfig(
+        index_dir=args.index,
+        device=args.device,
+        nprobe=args.nprobe,
+        ef_search=args.ef_search,
+        batching=not args.no_batching,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        cache_size=args.cache_size,
+        max_top_k=args.max_top_k,
+        max_queries=args.max_queries,
+        max_query_chars=args.max_query_chars,
+        max_body_bytes=args.max_body_bytes,
+        threads=args.threads,
+        limits=Limits(
+            header_timeout_s=args.header_timeout,
+            body_timeout_s=args.body_timeout,
+            max_concurrency=args.max_concurrency,
+        ),
+    )
+    uvicorn.run(
+        create_app(config), host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(config.limits)
+    )
     return 0
 
 

@@ -19,12 +19,13 @@ ROOT = Path(__file__).parent.parent
 
 
 @contextmanager
-def serve(app, port: int | None = None) -> Iterator[str]:
-    """Run an ASGI app with uvicorn in a background thread; yields its base URL."""
+def serve(app, port: int | None = None, **options) -> Iterator[str]:
+    """Run an ASGI app with uvicorn in a background thread; yields its base URL. `options` go to uvicorn.Config."""
     from rollout.service import free_port
 
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, **options)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

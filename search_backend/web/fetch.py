@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import zlib
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
@@ -15,6 +16,9 @@ from search_backend.web.extract import html_to_text
 
 TEXT_TYPES = frozenset({"text/html", "text/plain", "application/xhtml+xml"})
 _REDIRECTS = {301, 302, 303, 307, 308}
+# Only encodings inflated here, in bounded steps; httpx would inflate each network chunk whole.
+ACCEPT_ENCODING = "gzip, deflate"
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -94,16 +98,67 @@ def _charset(content_type: str) -> str:
     return "utf-8"
 
 
+class _Inflater:
+    """gzip or deflate, inflated at most `room` bytes at a time: a 2 MB cap never allocates more than that.
+
+    `deflate` is meant to be zlib-wrapped, but some servers send raw deflate; the first error retries raw.
+    """
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self.inflater = zlib.decompressobj(_WBITS[encoding])
+        self.started = False
+
+    def inflate(self, data: bytes, body: bytearray, limit: int) -> None:
+        while data and not self.inflater.eof:
+            try:
+                out = self.inflater.decompress(data, limit + 1 - len(body))
+            except zlib.error:
+                if self.encoding != "deflate" or self.started:
+                    raise
+                self.inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+                out = self.inflater.decompress(data, limit + 1 - len(body))
+            self.started = True
+            body += out
+            if len(body) > limit:
+                return
+            data = self.inflater.unconsumed_tail
+
+
+async def _read_body(response: httpx.Response, url: str, limit: int) -> bytes:
+    """The decoded body, refused as soon as it passes `limit` bytes, compressed or not."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity", *_WBITS):
+        raise FetchRefusedError(url, "content encoding not supported", encoding)
+    inflater = _Inflater(encoding) if encoding in _WBITS else None
+    body = bytearray()
+    async for chunk in response.aiter_raw():
+        if inflater is None:
+            body += chunk
+        else:
+            try:
+                inflater.inflate(chunk, body, limit)
+            except zlib.error as exc:
+                raise FetchError(url, "corrupt compressed body", str(exc)) from exc
+        if len(body) > limit:
+            raise FetchRefusedError(url, "too large", f"body passed {limit} bytes")
+    return bytes(body)
+
+
 async def _fetch(client: httpx.AsyncClient, url: str, policy: FetchPolicy) -> Page:
     current = url
     for _ in range(policy.max_redirects + 1):
         target, host = await _checked_target(current, policy)
         name = f"[{host}]" if ":" in host else host
-        headers = {"Host": name if target.port is None else f"{name}:{target.port}",
-                   "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9"}
+        headers = {
+            "Host": name if target.port is None else f"{name}:{target.port}",
+            "Accept": "text/html,application/xhtml+xml,text/plain;q=0.9",
+            "Accept-Encoding": ACCEPT_ENCODING,
+        }
         extensions = {"sni_hostname": host} if target.scheme == "https" else {}
-        async with client.stream("GET", target, headers=headers, extensions=extensions,
-                                 follow_redirects=False) as response:
+        async with client.stream(
+            "GET", target, headers=headers, extensions=extensions, follow_redirects=False
+        ) as response:
             if response.status_code in _REDIRECTS:
                 location = response.headers.get("location")
                 if not location:
@@ -118,18 +173,15 @@ async def _fetch(client: httpx.AsyncClient, url: str, policy: FetchPolicy) -> Pa
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > policy.max_bytes:
                 raise FetchRefusedError(current, "too large", f"Content-Length {declared} > {policy.max_bytes}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > policy.max_bytes:
-                    raise FetchRefusedError(current, "too large", f"body passed {policy.max_bytes} bytes")
+            body = await _read_body(response, current, policy.max_bytes)
             try:
                 markup = bytes(body).decode(_charset(content_type), errors="replace")
             except LookupError:
                 markup = bytes(body).decode("utf-8", errors="replace")
             if _media_type(content_type) == "text/plain":
-                return Page(current, content_type, "", "\n".join(line.strip() for line in markup.splitlines()
-                                                                 if line.strip()))
+                return Page(
+                    current, content_type, "", "\n".join(line.strip() for line in markup.splitlines() if line.strip())
+                )
             title, text = html_to_text(markup)
             return Page(current, content_type, title, text)
     raise FetchRefusedError(url, "too many redirects", f"more than {policy.max_redirects}")
