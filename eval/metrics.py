@@ -43,12 +43,25 @@ def normalize_answer(s: str) -> str:
 
 
 def exact_match(prediction: str, gold: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(gold))
+    return _em(normalize_answer(prediction), normalize_answer(gold))
 
 
 def f1(prediction: str, gold: str) -> float:
     """Token F1; 0 when either side is yes/no/noanswer and the two differ."""
-    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    return _f1(normalize_answer(prediction), normalize_answer(gold))
+
+
+def cover_exact_match(prediction: str, gold: str) -> float:
+    """1 when every gold token appears among the prediction's tokens (order ignored)."""
+    return _cem(normalize_answer(prediction), normalize_answer(gold))
+
+
+# The same three metrics over already normalised strings, so all_metrics normalises each text once.
+def _em(pred: str, ref: str) -> float:
+    return float(pred == ref)
+
+
+def _f1(pred: str, ref: str) -> float:
     if (pred in _YES_NO or ref in _YES_NO) and pred != ref:
         return 0.0
     pred_tokens, ref_tokens = pred.split(), ref.split()
@@ -59,14 +72,14 @@ def f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def cover_exact_match(prediction: str, gold: str) -> float:
-    """1 when every gold token appears among the prediction's tokens (order ignored)."""
+def _cem(pred: str, ref: str) -> float:
     # R1-Searcher splits on a single space, so an empty normalised string is the token "".
-    pred_tokens = normalize_answer(prediction).split(" ")
-    return float(all(tok in pred_tokens for tok in normalize_answer(gold).split(" ")))
+    pred_tokens = set(pred.split(" "))
+    return float(all(tok in pred_tokens for tok in ref.split(" ")))
 
 
 METRICS: dict[str, Callable[[str, str], float]] = {"em": exact_match, "f1": f1, "cem": cover_exact_match}
+_ON_NORMALISED: dict[str, Callable[[str, str], float]] = {"em": _em, "f1": _f1, "cem": _cem}
 
 
 def best_over_golds(metric: str, prediction: str, golds: Sequence[str]) -> float:
@@ -76,7 +89,9 @@ def best_over_golds(metric: str, prediction: str, golds: Sequence[str]) -> float
 
 
 def all_metrics(prediction: str, golds: Sequence[str]) -> dict[str, float]:
-    return {name: best_over_golds(name, prediction, golds) for name in METRICS}
+    pred = normalize_answer(prediction)
+    refs = [normalize_answer(g) for g in golds]
+    return {name: max((fn(pred, ref) for ref in refs), default=0.0) for name, fn in _ON_NORMALISED.items()}
 
 
 def as_golds(label: object) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from eval.metrics import as_golds
@@ -278,7 +279,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             "scores": [r.score for r in results],
             "extra_logs": {name: [r.logs[name] for r in results] for name in names},
         }
-        return Response(json.dumps(out), media_type="application/json")
+        return Response(to_json(out), media_type="application/json")
 
     return app
 

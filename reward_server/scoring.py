@@ -42,13 +42,14 @@ def score_solution(
     low, high = spec.bounds()
     score = (reward - low) / (high - low) if high > low else 0.0
 
-    searches = (metadata or {}).get("num_searches", parsed.num_searches)
+    # The queries are counted from the text only when the environment did not say.
+    searches = (metadata or {}).get("num_searches")
     logs = {
         "format_ok": float(not any(violations.values())),
         "search_ok": searched,
         "has_answer": float(parsed.answer is not None),
         "answer_words": float(len(parsed.answer.split())) if parsed.answer is not None else 0.0,
-        "num_searches": float(searches) if isinstance(searches, int | float) else float(parsed.num_searches),
+        "num_searches": float(searches) if type(searches) is int else float(parsed.num_searches),
         **(metrics or dict.fromkeys(("em", "f1", "cem"), 0.0)),
         **{f"violation_{name}": float(hit) for name, hit in violations.items()},
     }

@@ -49,7 +49,13 @@ def answer_too_long(p: ParsedSolution, ctx: FormatContext) -> bool:
 
 
 def role_leakage(p: ParsedSolution, ctx: FormatContext) -> bool:
-    return "Assistant" in p.text or "assistant" in p.text
+    # One scan for the shared tail instead of one per spelling: this runs on every scored sample.
+    text, at = p.text, p.text.find("ssistant")
+    while at > 0:
+        if text[at - 1] in "Aa":
+            return True
+        at = text.find("ssistant", at + 1)
+    return False
 
 
 def cjk(p: ParsedSolution, ctx: FormatContext) -> bool:

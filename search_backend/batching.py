@@ -41,14 +41,19 @@ class MicroBatcher:
 
     A batch waits at most `max_wait_s` for more requests, then takes a fair share of every waiting
     request: a request of a thousand queries is served `max_batch` at a time alongside the others
-    instead of ahead of them, so one large request cannot starve small ones. Requests with different
+    instead of ahead of them, so one large request cannot starve small ones. A batch also holds at
+    most `max_batch_chars` characters of queries (at least one query), which bounds the encoder's
+    activation memory when queries are long. Requests with different
     top_k run as separate calls so each gets exactly what it would get alone. When a call fails and
     carried several requests, each is retried alone, so one bad request fails only itself.
     """
 
-    def __init__(self, search: SearchFn, max_batch: int = 64, max_wait_s: float = 0.002) -> None:
+    def __init__(
+        self, search: SearchFn, max_batch: int = 64, max_wait_s: float = 0.002, max_batch_chars: int = 8192
+    ) -> None:
         self._search = search
         self.max_batch = max_batch
+        self.max_batch_chars = max_batch_chars
         self.max_wait_s = max_wait_s
         self._waiting: deque[_Pending] = deque()
         self._arrived = asyncio.Event()
@@ -98,15 +103,21 @@ class MicroBatcher:
         active = [p for p in self._waiting if not p.future.done()]
         self._waiting.clear()
         slices: list[_Slice] = []
-        room = self.max_batch
+        room, chars = self.max_batch, self.max_batch_chars
         share = max(1, room // max(1, len(active)))
-        for rounds_share in (share, room):
+        for round_share in (share, room):
             for request in active:
-                take = min(rounds_share, len(request.queries) - request.handed, room)
-                if take > 0:
-                    slices.append(_Slice(request, request.handed, request.handed + take))
-                    request.handed += take
-                    room -= take
+                start = stop = request.handed
+                while stop < len(request.queries) and stop - start < round_share and room > 0:
+                    size = len(request.queries[stop])
+                    if size > chars and (slices or stop > start):
+                        break
+                    chars -= size
+                    room -= 1
+                    stop += 1
+                if stop > start:
+                    slices.append(_Slice(request, start, stop))
+                    request.handed = stop
         self._waiting.extend(p for p in active if p.handed < len(p.queries))
         return slices
 
@@ -163,6 +174,7 @@ class MicroBatcher:
             "enabled": True,
             "max_batch": self.max_batch,
             "max_wait_ms": self.max_wait_s * 1000,
+            "max_batch_chars": self.max_batch_chars,
             "batches": self.batches,
             "mean_batch": self.batched_queries / self.batches if self.batches else 0.0,
             "retried_alone": self.retried_alone,

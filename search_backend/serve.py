@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictInt, StrictStr, ValidationError
 
 from rollout.asgi_limits import (
@@ -30,6 +32,7 @@ from search_backend.cache import ResultCache
 
 log = logging.getLogger("search_backend.serve")
 TOKEN_ENV = "SEARCHRL_SEARCH_TOKEN"
+LARGE_ANSWER = 2000  # passages in an answer above which it is encoded off the event loop
 
 
 class ServerConfig(BaseModel):
@@ -42,14 +45,17 @@ class ServerConfig(BaseModel):
     ef_search: int | None = Field(default=128, ge=1)
     batching: bool = True
     max_batch: int = Field(default=64, ge=1)
+    max_batch_chars: int = Field(default=8192, ge=1, description="query characters per batch (encoder memory)")
     max_wait_ms: float = Field(default=2.0, ge=0)
     cache_size: int = Field(default=100_000, ge=0)
     max_top_k: int = Field(default=100, ge=1)
     max_queries: int = Field(default=1024, ge=1)
-    max_query_chars: int = Field(default=2048, ge=1)
+    max_query_chars: int = Field(default=512, ge=1, description="longest query; search queries are a few words")
+    max_results: int = Field(default=10_000, ge=1, description="queries x top_k in one request (answer size)")
     max_body_bytes: int = Field(default=1 << 20, ge=1)
     token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
     threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
+    work_threads: int = Field(default=2, ge=1, description="threads for blocking work: encode, search, big answers")
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
 
 
@@ -95,7 +101,9 @@ class SearchService:
         self.cache = ResultCache(config.cache_size)
         self.version = getattr(backend, "version", "")
         self.batcher = (
-            MicroBatcher(backend.search, config.max_batch, config.max_wait_ms / 1000) if config.batching else None
+            MicroBatcher(backend.search, config.max_batch, config.max_wait_ms / 1000, config.max_batch_chars)
+            if config.batching
+            else None
         )
 
     def validate(self, queries: list[str], top_k: int, queries_field: str, k_field: str) -> None:
@@ -122,6 +130,12 @@ class SearchService:
                 ) from None
         if not 1 <= top_k <= self.config.max_top_k:
             raise InvalidRequest(k_field, f"must be between 1 and {self.config.max_top_k}, got {top_k}")
+        if len(queries) * top_k > self.config.max_results:
+            raise InvalidRequest(
+                queries_field,
+                f"{len(queries)} queries at {k_field} {top_k} is {len(queries) * top_k} results, over the limit of "
+                f"{self.config.max_results}; send fewer queries per request or a smaller {k_field}",
+            )
 
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
         keys = [(normalise_query(q), top_k, self.version) for q in queries]
@@ -163,6 +177,13 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
+async def json_answer(content: dict[str, Any], results: int) -> Response:
+    """The answer as JSON, encoded directly (FastAPI's generic encoder walks every passage); in a thread when large."""
+    if results > LARGE_ANSWER:
+        return Response(await asyncio.to_thread(json.dumps, content), media_type="application/json")
+    return Response(json.dumps(content), media_type="application/json")
+
+
 def set_cpu_threads(threads: int) -> None:
     """Cap torch's and FAISS's CPU thread pools, leaving a core for the event loop on small machines."""
     import faiss
@@ -182,6 +203,11 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         owned = backend is None
         if config.threads:
             set_cpu_threads(config.threads)
+        # Blocking work (encode and search, large answers) on a few threads: each thread's allocator
+        # arena keeps the encoder's peak memory, so many threads multiply the resident size.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=config.work_threads, thread_name_prefix="search-work")
+        )
         active = backend
         if active is None:
             from search_backend.local_faiss import LocalFaissBackend
@@ -230,32 +256,35 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         return request.app.state.service.health()
 
     @app.post("/search", openapi_extra=_schema(SearchRequest))
-    async def search(request: Request) -> dict:
+    async def search(request: Request) -> Response:
         body = await parse_body(request, SearchRequest)
         service: SearchService = request.app.state.service
         service.validate(body.queries, body.top_k, "queries", "top_k")
         results = await service.search(body.queries, body.top_k)
-        return {"results": [[p.to_dict() for p in hits] for hits in results]}
+        return await json_answer(
+            {"results": [[p.to_dict() for p in hits] for hits in results]}, len(results) * body.top_k
+        )
 
     @app.post("/queries", openapi_extra=_schema(R1Request))
-    async def r1_queries(request: Request) -> dict:
+    async def r1_queries(request: Request) -> Response:
         body = await parse_body(request, R1Request)
         service: SearchService = request.app.state.service
         service.validate(body.queries, body.k, "queries", "k")
         results = await service.search(body.queries, body.k)
-        return {"queries": body.queries, "answers": [[format_r1(p) for p in hits] for hits in results]}
+        answers = [[format_r1(p) for p in hits] for hits in results]
+        return await json_answer({"queries": body.queries, "answers": answers}, len(results) * body.k)
 
     @app.post("/retrieve", openapi_extra=_schema(RetrieveRequest))
-    async def retrieve(request: Request) -> dict:
+    async def retrieve(request: Request) -> Response:
         body = await parse_body(request, RetrieveRequest)
         service: SearchService = request.app.state.service
         service.validate(body.queries, body.topk, "queries", "topk")
         results = await service.search(body.queries, body.topk)
         if body.return_scores:
-            return {
-                "result": [[{"document": format_search_r1(p), "score": p.score} for p in hits] for hits in results]
-            }
-        return {"result": [[format_search_r1(p) for p in hits] for hits in results]}
+            result = [[{"document": format_search_r1(p), "score": p.score} for p in hits] for hits in results]
+        else:
+            result = [[format_search_r1(p) for p in hits] for hits in results]
+        return await json_answer({"result": result}, len(results) * body.topk)
 
     return app
 
@@ -274,7 +303,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-size", type=int, default=100_000, help="LRU result-cache entries (0: off)")
     p.add_argument("--max-top-k", type=int, default=100)
     p.add_argument("--max-queries", type=int, default=1024, help="most queries in one request")
-    p.add_argument("--max-query-chars", type=int, default=2048, help="longest query, in characters")
+    p.add_argument("--max-query-chars", type=int, default=512, help="longest query, in characters")
+    p.add_argument("--max-results", type=int, default=10_000, help="most queries x top_k in one request")
+    p.add_argument("--max-batch-chars", type=int, default=8192, help="most query characters in one batch")
+    p.add_argument("--work-threads", type=int, default=2, help="threads for encode/search (default: 2)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a request's headers may take")
     p.add_argument("--body-timeout", type=float, default=30.0, help="seconds a request's body may take (408 after)")
@@ -303,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         max_top_k=args.max_top_k,
         max_queries=args.max_queries,
         max_query_chars=args.max_query_chars,
+        max_results=args.max_results,
+        max_batch_chars=args.max_batch_chars,
+        work_threads=args.work_threads,
         max_body_bytes=args.max_body_bytes,
         threads=args.threads,
         limits=Limits(

@@ -296,7 +296,7 @@ def test_lone_surrogate_is_refused_before_batching():
         service.validate(["fine", "bad \ud800"], 3, "queries", "top_k")
     assert caught.value.field == "queries.1"
     with pytest.raises(InvalidRequest) as caught:
-        service.validate(["x" * 2049], 3, "queries", "top_k")
+        service.validate(["x" * 513], 3, "queries", "top_k")
     assert caught.value.field == "queries.0"
 
 
@@ -440,3 +440,28 @@ def test_gzip_bomb_is_refused_without_inflating_it():
     assert refused.value.reason == "too large"
     # httpx inflated each network chunk whole: 64 MB here for a 2 MB cap.
     assert peak < 16 * 1024 * 1024
+
+
+def test_long_queries_come_in_smaller_batches_and_results_are_capped():
+    calls: list[list[str]] = []
+
+    async def search(queries: list[str], top_k: int):
+        calls.append(queries)
+        return [[] for _ in queries]
+
+    async def run() -> None:
+        batcher = MicroBatcher(search, max_batch=64, max_wait_s=0, max_batch_chars=4096)
+        batcher.start()
+        try:
+            await asyncio.gather(batcher.search(["x" * 1000] * 40, 3), batcher.search(["y" * 5000], 3))
+        finally:
+            await batcher.stop()
+
+    asyncio.run(run())
+    assert sorted(len(q) for call in calls for q in call) == [1000] * 40 + [5000]
+    assert all(sum(map(len, call)) <= 4096 or len(call) == 1 for call in calls)
+    service = SearchService(fixture_backend(), ServerConfig(max_results=10_000))
+    with pytest.raises(InvalidRequest) as caught:
+        service.validate(["q"] * 1024, 100, "queries", "top_k")
+    assert caught.value.field == "queries" and "10000" in caught.value.message
+    service.validate(["q"] * 1024, 9, "queries", "top_k")
