@@ -479,20 +479,24 @@ def main() -> int:
     p.add_argument("--big-queries", type=int, default=1024, help="queries in the maximum-size search request")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/hostile.json")
     p.add_argument("--skip-search", action="store_true")
+    p.add_argument("--skip-reward", action="store_true")
     args = p.parse_args()
     args.work_dir.mkdir(parents=True, exist_ok=True)
     os.environ["SEARCHRL_REWARD_TOKEN"] = TOKEN
     os.environ["SEARCHRL_SEARCH_TOKEN"] = TOKEN
     rows: list[dict] = []
 
-    port = free_port()
-    proc = start_module("reward_server", ["--preset", "stage2-answer", *TIMEOUTS], port, args.work_dir / "reward.log")
-    try:
-        url = f"http://127.0.0.1:{port}"
-        with Watch(url, proc.pid) as watch:
-            rows += reward_inputs(url, watch)
-    finally:
-        stop(proc)
+    if not args.skip_reward:
+        port = free_port()
+        proc = start_module(
+            "reward_server", ["--preset", "stage2-answer", *TIMEOUTS], port, args.work_dir / "reward.log"
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            with Watch(url, proc.pid) as watch:
+                rows += reward_inputs(url, watch)
+        finally:
+            stop(proc)
 
     if not args.skip_search:
         from search_backend.build_index import build

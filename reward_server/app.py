@@ -28,7 +28,15 @@ from starlette.concurrency import run_in_threadpool
 from eval.metrics import as_golds
 from reward_server.scoring import SampleScore, score_solution
 from reward_server.spec import RewardSpec
-from rollout.asgi_limits import BodyError, Limits, RequestGuard, is_authorized, parse_json, secret_value
+from rollout.asgi_limits import (
+    BodyError,
+    Limits,
+    RequestGuard,
+    is_authorized,
+    parse_json,
+    release_freed_memory,
+    secret_value,
+)
 from rollout.protocol import split_solution
 
 log = logging.getLogger("reward_server")
@@ -258,7 +266,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
     async def get_reward(request: Request) -> Response:
         body = await request.body()
         if len(body) > INLINE_BYTES:
-            req, golds, results = await run_in_threadpool(_handle, body, settings)
+            try:
+                req, golds, results = await run_in_threadpool(_handle, body, settings)
+            finally:
+                release_freed_memory()
         else:
             req = _parse(body)
             golds = _validate_shape(req, settings)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from rollout.protocol import ParsedSolution
@@ -86,9 +87,13 @@ def find_violations(p: ParsedSolution, ctx: FormatContext) -> dict[str, bool]:
 
 
 def context_from_metadata(metadata: Mapping[str, Any] | None, max_answer_words: int, check_cjk: bool) -> FormatContext:
+    """The rules' context; a num_searches that is not a finite count >= 0 counts as not reported."""
     searches = (metadata or {}).get("num_searches")
-    return FormatContext(
-        max_answer_words=max_answer_words,
-        check_cjk=check_cjk,
-        num_searches=int(searches) if isinstance(searches, int | float) and not isinstance(searches, bool) else None,
-    )
+    valid = isinstance(searches, int | float) and not isinstance(searches, bool) and 0 <= searches < float("inf")
+    return _context(max_answer_words, check_cjk, int(searches) if valid else None)
+
+
+# Contexts repeat (a few limits, a few search counts); the reward server builds one per scored sample.
+@lru_cache(maxsize=1024)
+def _context(max_answer_words: int, check_cjk: bool, num_searches: int | None) -> FormatContext:
+    return FormatContext(max_answer_words=max_answer_words, check_cjk=check_cjk, num_searches=num_searches)

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -23,6 +22,7 @@ from rollout.asgi_limits import (
     RequestGuard,
     is_authorized,
     parse_json,
+    release_freed_memory,
     secret_value,
     uvicorn_options,
 )
@@ -32,6 +32,7 @@ from search_backend.cache import ResultCache
 
 log = logging.getLogger("search_backend.serve")
 TOKEN_ENV = "SEARCHRL_SEARCH_TOKEN"
+RELEASE_AFTER_CHARS = 2000  # query characters in a backend call after which freed memory is handed back
 LARGE_ANSWER = 2000  # passages in an answer above which it is encoded off the event loop
 
 
@@ -55,7 +56,6 @@ class ServerConfig(BaseModel):
     max_body_bytes: int = Field(default=1 << 20, ge=1)
     token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
     threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
-    work_threads: int = Field(default=2, ge=1, description="threads for blocking work: encode, search, big answers")
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
 
 
@@ -101,10 +101,19 @@ class SearchService:
         self.cache = ResultCache(config.cache_size)
         self.version = getattr(backend, "version", "")
         self.batcher = (
-            MicroBatcher(backend.search, config.max_batch, config.max_wait_ms / 1000, config.max_batch_chars)
+            MicroBatcher(self._search, config.max_batch, config.max_wait_ms / 1000, config.max_batch_chars)
             if config.batching
             else None
         )
+
+    async def _search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
+        try:
+            return await self.backend.search(queries, top_k)
+        finally:
+            # Encoding leaves freed activations in the allocator's per-thread arenas; without this the
+            # resident size ratchets up to the largest batch's peak and stays there.
+            if sum(map(len, queries)) >= RELEASE_AFTER_CHARS:
+                release_freed_memory()
 
     def validate(self, queries: list[str], top_k: int, queries_field: str, k_field: str) -> None:
         if not queries:
@@ -142,7 +151,7 @@ class SearchService:
         results: list[list[Passage] | None] = [self.cache.get(k) for k in keys]
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:
-            run = self.batcher.search if self.batcher else self.backend.search
+            run = self.batcher.search if self.batcher else self._search
             found = await run([queries[i] for i in missing], top_k)
             for i, hits in zip(missing, found, strict=True):
                 results[i] = hits
@@ -203,11 +212,6 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         owned = backend is None
         if config.threads:
             set_cpu_threads(config.threads)
-        # Blocking work (encode and search, large answers) on a few threads: each thread's allocator
-        # arena keeps the encoder's peak memory, so many threads multiply the resident size.
-        asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(max_workers=config.work_threads, thread_name_prefix="search-work")
-        )
         active = backend
         if active is None:
             from search_backend.local_faiss import LocalFaissBackend
@@ -306,7 +310,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-query-chars", type=int, default=512, help="longest query, in characters")
     p.add_argument("--max-results", type=int, default=10_000, help="most queries x top_k in one request")
     p.add_argument("--max-batch-chars", type=int, default=8192, help="most query characters in one batch")
-    p.add_argument("--work-threads", type=int, default=2, help="threads for encode/search (default: 2)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a request's headers may take")
     p.add_argument("--body-timeout", type=float, default=30.0, help="seconds a request's body may take (408 after)")
@@ -337,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
         max_query_chars=args.max_query_chars,
         max_results=args.max_results,
         max_batch_chars=args.max_batch_chars,
-        work_threads=args.work_threads,
         max_body_bytes=args.max_body_bytes,
         threads=args.threads,
         limits=Limits(
