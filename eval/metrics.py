@@ -65,11 +65,24 @@ def _f1(pred: str, ref: str) -> float:
     if (pred in _YES_NO or ref in _YES_NO) and pred != ref:
         return 0.0
     pred_tokens, ref_tokens = pred.split(), ref.split()
-    same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    # Tokens in common, counted with multiplicity (the size of the two Counters' intersection).
+    left = Counter(ref_tokens) if len(ref_tokens) > 32 else _counts(ref_tokens)
+    same = 0
+    for token in pred_tokens:
+        if left.get(token, 0) > 0:
+            left[token] -= 1
+            same += 1
     if same == 0:
         return 0.0
     precision, recall = same / len(pred_tokens), same / len(ref_tokens)
     return 2 * precision * recall / (precision + recall)
+
+
+def _counts(tokens: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for token in tokens:
+        counts[token] = counts.get(token, 0) + 1
+    return counts
 
 
 def _cem(pred: str, ref: str) -> float:
@@ -91,6 +104,10 @@ def best_over_golds(metric: str, prediction: str, golds: Sequence[str]) -> float
 def all_metrics(prediction: str, golds: Sequence[str]) -> dict[str, float]:
     pred = normalize_answer(prediction)
     refs = [normalize_answer(g) for g in golds]
+    if pred in refs:  # an exact match scores 1 on all three (token F1 0 for an empty answer)
+        return {"em": 1.0, "f1": 1.0 if pred.split() else 0.0, "cem": 1.0}
+    if len(refs) == 1:  # the usual case, without the generators (this runs for every scored sample)
+        return {"em": 0.0, "f1": _f1(pred, refs[0]), "cem": _cem(pred, refs[0])}
     return {name: max((fn(pred, ref) for ref in refs), default=0.0) for name, fn in _ON_NORMALISED.items()}
 
 

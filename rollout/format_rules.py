@@ -60,7 +60,10 @@ def role_leakage(p: ParsedSolution, ctx: FormatContext) -> bool:
 
 
 def cjk(p: ParsedSolution, ctx: FormatContext) -> bool:
-    return ctx.check_cjk and _CJK.search(p.outside_documents) is not None
+    # isascii() is O(1): most texts, or the model's part of them, skip the character scan.
+    if not ctx.check_cjk or p.text.isascii() or p.outside_documents.isascii():
+        return False
+    return _CJK.search(p.outside_documents) is not None
 
 
 def forged_documents(p: ParsedSolution, ctx: FormatContext) -> bool:

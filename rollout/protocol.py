@@ -85,18 +85,20 @@ class ParsedSolution:
         return found
 
     @cached_property
-    def _blocks(self) -> tuple[list[str], str]:
-        if not self.tag_counts["begin_of_documents"]:
-            return [], self.text
-        return _split_documents(self.text)
+    def _spans(self) -> list[tuple[int, int]]:
+        return _document_spans(self.text) if self.tag_counts["begin_of_documents"] else []
 
-    @property
+    @cached_property
     def documents(self) -> list[str]:
-        return self._blocks[0]
+        return [self.text[start + len(BEGIN_DOCS) : end - len(END_DOCS)] for start, end in self._spans]
 
-    @property
+    @cached_property
     def outside_documents(self) -> str:
-        return self._blocks[1]
+        if not self._spans:
+            return self.text
+        starts = [0] + [end for _, end in self._spans]
+        ends = [start for start, _ in self._spans] + [len(self.text)]
+        return "".join(self.text[a:b] for a, b in zip(starts, ends, strict=True))
 
     @property
     def num_searches(self) -> int:
@@ -154,24 +156,21 @@ def parse_solution(text: str) -> ParsedSolution:
     )
 
 
-def _split_documents(text: str) -> tuple[list[str], str]:
-    """Document blocks (non-greedy, begin to the next end) and the text outside them.
+def _document_spans(text: str) -> list[tuple[int, int]]:
+    """Where each document block starts and ends, tags included (non-greedy: begin to the next end).
 
     Plain `str.find` instead of a DOTALL regex: rollouts carry kilobytes of documents, and this runs
     for every scored sample on the reward server's hot path.
     """
-    documents: list[str] = []
-    outside: list[str] = []
+    spans: list[tuple[int, int]] = []
     pos = 0
     while (start := text.find(BEGIN_DOCS, pos)) >= 0:
         end = text.find(END_DOCS, start + len(BEGIN_DOCS))
         if end < 0:
             break
-        outside.append(text[pos:start])
-        documents.append(text[start + len(BEGIN_DOCS) : end])
         pos = end + len(END_DOCS)
-    outside.append(text[pos:])
-    return documents, "".join(outside)
+        spans.append((start, pos))
+    return spans
 
 
 def split_queries(query: str, separator: str, limit: int) -> list[str]:
