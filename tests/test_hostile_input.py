@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import socket
 import tracemalloc
@@ -465,3 +466,16 @@ def test_long_queries_come_in_smaller_batches_and_results_are_capped():
         service.validate(["q"] * 1024, 100, "queries", "top_k")
     assert caught.value.field == "queries" and "10000" in caught.value.message
     service.validate(["q"] * 1024, 9, "queries", "top_k")
+
+
+def test_tokens_never_reach_logs_or_answers(reward_token_url, search_token_url, caplog):
+    caplog.set_level(logging.DEBUG)
+    for url, path in ((reward_token_url, "/get_reward"), (search_token_url, "/search")):
+        for headers in ({"Authorization": f"Bearer {TOKEN}-wrong"}, AUTH):
+            response = httpx.post(f"{url}{path}", content=b"{bad", headers={**JSON_HEADERS, **headers})
+            assert TOKEN not in response.text
+        assert TOKEN not in httpx.get(f"{url}/health", headers=AUTH).text
+    assert caplog.records and not [r for r in caplog.records if TOKEN in r.getMessage()]
+
+
+JSON_HEADERS = {"content-type": "application/json"}
