@@ -21,7 +21,7 @@ from tqdm import tqdm
 from eval.metrics import as_golds, best_over_golds, normalize_answer
 from eval.records import RecordError, read_jsonl
 from rollout.config import ConfigError, ModelConfig, load
-from rollout.templates import load_tokenizer, render_prompt
+from rollout.templates import load_tokenizer, render_prompt, template_fingerprint
 
 EVAL_DIR = Path(__file__).resolve().parent.parent / "eval" / "data"
 EVAL_SETS = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}
@@ -147,6 +147,8 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         "stage": stage,
         "input": args.input,
         "model": model.name,
+        "model_config": str(args.model),
+        "template_sha256": template_fingerprint(model),
         "written": len(rows),
         "duplicates": duplicates,
         "duplicates_dropped": not args.keep_duplicates,

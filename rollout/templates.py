@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Protocol
 
 from rollout.config import ModelConfig
@@ -41,3 +43,10 @@ def load_tokenizer(model: ModelConfig) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model.tokenizer, trust_remote_code=False)
+
+
+def template_fingerprint(model: ModelConfig) -> str:
+    """A hash of what shapes the prompt text; a data preparation report records it, and the
+    preflight compares it with the job's model config."""
+    parts = [model.kind, model.template, model.system, model.user, model.assistant_prefix, model.tokenizer]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
