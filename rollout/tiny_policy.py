@@ -15,12 +15,31 @@ from rollout.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY,
 PROTOCOL_TOKENS = [BEGIN_QUERY, END_QUERY, BEGIN_DOCS, END_DOCS, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
 
 
-def build_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# Qwen2's pre-tokenizer split: a run of punctuation keeps the newlines after it, so BPE learns tokens
+# like `|>\n\n` that complete `<|end_of_query|>` and run past it, as the real policy's tokenizer does.
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def build_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2000, protocol_tokens: bool = True, qwen_split: bool = False
+) -> Any:
+    """`protocol_tokens=False, qwen_split=True` gives a tokenizer shaped like Qwen2.5's, where the
+    protocol tags are plain text (R1-Searcher adds no tokens) and `>` merges with newlines."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if qwen_split:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -30,8 +49,9 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> Any:
     )
     tok.train_from_iterator(list(texts), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>")
-    # Protocol tags as single tokens, like the added tokens of a real search-tuned model.
-    fast.add_tokens(PROTOCOL_TOKENS)
+    if protocol_tokens:
+        # Protocol tags as single tokens, like the added tokens of a real search-tuned model.
+        fast.add_tokens(PROTOCOL_TOKENS)
     return fast
 
 
