@@ -90,10 +90,11 @@ def resolve(stage_name: str, model: str | None, overrides: list[str]) -> dict[st
     flags["actor.model_name_or_path"] = policy
     flags["train.agent_func_path"] = f"{stage.stage}/agent_func.py"
     secrets = {env: str(flags[name]) for name, env in SECRET_FLAGS.items() if flags.get(name)}
-    for name, env in SECRET_FLAGS.items():
-        if flags.get(name):
-            # The job's shell expands it from env_vars: the key never appears in a command line.
-            flags[name] = f"${env}"
+    hidden = {name: f"${env}" for name, env in SECRET_FLAGS.items() if flags.get(name)}
+    # The job's shell expands `$WANDB_API_KEY` from env_vars: the key never appears in a command line
+    # nor in the config that travels inline.
+    flags.update(hidden)
+    stage = stage.model_copy(update={"openrlhf": {**stage.openrlhf, **hidden}})
     args = render_flags(flags)
     check_args(args)
     return {
@@ -143,7 +144,7 @@ def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
     stage: StageConfig = plan["stage"]
     env_vars = {CONFIG_JSON_ENV: stage.model_dump_json()}
     env_vars.update({n: os.environ[n] for n in secret_names(stage) if os.environ.get(n)})
-    env_vars.update({SECRET_FLAGS[name]: value for name, value in plan["flag_secrets"].items()})
+    env_vars.update(plan["flag_secrets"])
     return {"working_dir": str(ROOT), "excludes": excludes(), "env_vars": env_vars}
 
 
