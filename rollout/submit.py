@@ -284,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         switch = wait_until_ready(plan["previous"][0], plan["policy"], args)
         if not switch["ready"]:
-            print(f"not ready: {plan['previous'][0].stage} has not crossed the thresholds", file=sys.stderr)
+            print(
+                f"not ready: {plan['previous'][0].stage}: thresholds not crossed or final checkpoint not written",
+                file=sys.stderr,
+            )
             return 4
     env = runtime_env(plan)
     cmd = ray_command(plan, args.address, env)

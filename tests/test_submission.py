@@ -85,11 +85,11 @@ def test_scored_text_is_the_policys_context(servers, qwen_like):
     _, _, scored = servers
     scored.write_text("")
     prompt, result = asyncio.run(episode(servers, qwen_like, 4096))
-    assert float(result["extra_logs"]["budget_cut"]) == 0.0 and float(result["reward"]) == 1.0
     context = qwen_like.decode(result["observation_tokens"], skip_special_tokens=False).removesuffix("</s>")
     text = json.loads(scored.read_text().splitlines()[-1])["query"]
     assert text == context
     assert "<|end_of_query|>\n\n<|begin_of_documents|>\n(1)" in text
+    assert float(result["extra_logs"]["budget_cut"]) == 0.0 and float(result["reward"]) == 1.0
 
 
 def test_budget_cut_episode_is_scored_and_batches_split(servers, qwen_like):
@@ -102,15 +102,15 @@ def test_budget_cut_episode_is_scored_and_batches_split(servers, qwen_like):
     _, finished = asyncio.run(episode(servers, qwen_like, 4096))
     prompt, cut = asyncio.run(episode(servers, qwen_like, 300))
     assert len(qwen_like(prompt)["input_ids"]) < 300 < len(cut["observation_tokens"])  # cut after the documents
-    assert float(cut["extra_logs"]["budget_cut"]) == 1.0
-    assert float(cut["reward"]) == -2.0 and float(cut["scores"]) == 0.0
-    assert sorted(cut["extra_logs"]) == sorted(finished["extra_logs"])
     samples = [
         SamplesGenerator._process_response_into_experience(None, r, max_len=300)  # type: ignore[arg-type]
         for r in (cut, finished)
     ]
     batch = Experience.concat_experiences(samples, qwen_like.pad_token_id)
     assert len(split_experience_batch(batch)) == 2
+    assert float(cut["reward"]) == -2.0 and float(cut["scores"]) == 0.0
+    assert sorted(cut["extra_logs"]) == sorted(finished["extra_logs"])
+    assert float(cut["extra_logs"]["budget_cut"]) == 1.0
 
 
 def fresh_clone(tmp_path: Path) -> Path:
