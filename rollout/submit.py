@@ -23,7 +23,7 @@ from typing import Any
 
 from rollout import preflight
 from rollout.config import CONFIG_JSON_ENV, ConfigError, StageConfig, load, load_stage
-from rollout.openrlhf_flags import check_args, render_flags
+from rollout.openrlhf_flags import render_flags, validated_args
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
@@ -96,7 +96,7 @@ def resolve(stage_name: str, model: str | None, overrides: list[str]) -> dict[st
     flags.update(hidden)
     stage = stage.model_copy(update={"openrlhf": {**stage.openrlhf, **hidden}})
     args = render_flags(flags)
-    check_args(args)
+    validated_args(args)  # OpenRLHF's parser, then the checks train_ppo_ray makes before it starts Ray
     return {
         "stage": stage,
         "stage_name": stage_name,
@@ -166,7 +166,9 @@ def masked(env: dict[str, Any]) -> dict[str, Any]:
 def preflight_checks(plan: dict[str, Any], env: dict[str, Any], run_dir: Path | None = None) -> list[preflight.Check]:
     stage: StageConfig = plan["stage"]
     checks = [
-        preflight.Check("flags parse", True, f"{len(plan['train_args'])} arguments, OpenRLHF 0.11.2's own parser"),
+        preflight.Check(
+            "flags parse", True, f"{len(plan['train_args'])} arguments, OpenRLHF 0.11.2's own parser and checks"
+        ),
         preflight.check_ray_cli(),
         preflight.check_config(env, stage),
     ]
