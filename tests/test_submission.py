@@ -331,3 +331,14 @@ def test_config_inline_wins_over_a_missing_file(monkeypatch):
     monkeypatch.setenv("SEARCHRL_CONFIG", "/no/such/file.json")
     monkeypatch.setenv(CONFIG_JSON_ENV, stage.model_dump_json())
     assert stage_from_env() == stage
+
+
+def test_openrlhf_post_parse_checks_run():
+    """The rendered flags go through the checks train_ppo_ray makes after parsing, before Ray starts."""
+    out = subprocess.run(
+        ["bash", "launch/ray_submit.sh", "stage1", "--dry-run", "openrlhf.rollout.n_samples_per_prompt=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2 and "requires n_samples_per_prompt > 1" in out.stderr
