@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -113,10 +112,11 @@ def test_budget_cut_episode_is_scored_and_batches_split(servers, qwen_like):
     assert float(cut["extra_logs"]["budget_cut"]) == 1.0
 
 
-def fresh_clone(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory) -> Path:
     """The tracked files, plus what the README puts in the root: a 600 MiB index under indexes/,
     the KILT dump beside it (sparse files), runs/ and a venv."""
-    clone = tmp_path / "searchrl"
+    clone = tmp_path_factory.mktemp("clone") / "searchrl"
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for name in files:
         if (ROOT / name).is_file():
@@ -129,13 +129,15 @@ def fresh_clone(tmp_path: Path) -> Path:
     (clone / "indexes/kilt-bge/manifest.json").write_text("{}")
     (clone / "runs/stage1_format/final").mkdir(parents=True)
     (clone / "runs/stage1_format/final/model.safetensors").write_bytes(b"0" * 1024)
+    (clone / ".venv/lib").mkdir(parents=True)
+    (clone / ".venv/lib/torch.so").write_bytes(b"0" * 1024)
     return clone
 
 
 @pytest.mark.parametrize("stage", ["stage1", "stage2"])
-def test_ray_package_holds_code_and_config_only(tmp_path, stage):
+def test_ray_package_holds_code_and_config_only(tmp_path, monkeypatch, fresh_clone, stage):
     """Defects 1 and 2: Ray 2.55's own packaging of the rendered runtime_env, in a clone with data in it."""
-    clone = fresh_clone(tmp_path)
+    clone = fresh_clone
     plan = submit.resolve(stage, None, [])
     env = {**submit.runtime_env(plan), "working_dir": str(clone), "excludes": submit.excludes(clone)}
     report = preflight.build_package(env, tmp_path / "package.zip")
@@ -143,15 +145,13 @@ def test_ray_package_holds_code_and_config_only(tmp_path, stage):
     assert report.bytes < 5 << 20 and not report.data_files
     assert not [f for f in report.files if f.startswith(("indexes/", "runs/", "kilt", ".venv", "configs/resolved"))]
     # The resolved config reaches a worker through env_vars alone: no file to find.
-    worker_env = {k: v for k, v in os.environ.items() if k != "SEARCHRL_CONFIG"}
-    code = "from rollout.agent import stage_from_env; print(stage_from_env().stage)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env={**worker_env, **env["env_vars"]}, cwd=clone, capture_output=True, text=True
-    )
-    assert out.stdout.strip() == submit.STAGES[stage], out.stderr
+    monkeypatch.delenv("SEARCHRL_CONFIG", raising=False)
+    for name, value in env["env_vars"].items():
+        monkeypatch.setenv(name, value)
+    assert stage_from_env() == plan["stage"]
 
 
-def test_secrets_forwarded_and_masked(tmp_path, monkeypatch):
+def test_secrets_forwarded_and_masked(monkeypatch, capsys):
     """Defect 4: set tokens and keys reach env_vars; the printed command and the records show none."""
     monkeypatch.setenv("SEARCHRL_REWARD_TOKEN", "reward-secret-1")
     monkeypatch.setenv("SEARCHRL_SEARCH_TOKEN", "search-secret-2")
@@ -163,18 +163,12 @@ def test_secrets_forwarded_and_masked(tmp_path, monkeypatch):
     assert env["env_vars"]["WANDB_API_KEY"] == "wandb-secret-4"
     # The flag names the variable, which the job's shell expands from env_vars.
     assert check_args(plan["train_args"]).__dict__["logger.wandb.key"] == "$WANDB_API_KEY"
-    out = subprocess.run(
-        ["bash", "launch/ray_submit.sh", "stage1", "--dry-run", "openrlhf.logger.wandb.key=wandb-secret-4"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ},
-    )
-    assert out.returncode == 0, out.stderr
+    assert submit.main(["stage1", "--dry-run", "openrlhf.logger.wandb.key=wandb-secret-4"]) == 0
+    shown = capsys.readouterr().out
     record = (ROOT / "configs/resolved/stage1_format.dry-run.json").read_text()
     for secret in ("reward-secret-1", "search-secret-2", "hf-secret-3", "wandb-secret-4"):
-        assert secret not in out.stdout and secret not in record
-    assert '"SEARCHRL_REWARD_TOKEN": "***"' in out.stdout
+        assert secret not in shown and secret not in record
+    assert '"SEARCHRL_REWARD_TOKEN": "***"' in shown
 
 
 def test_refused_search_token_fails_fast():
@@ -303,7 +297,7 @@ def test_r1searcher_defaults_and_prefix_caching(stage):
     assert ns["rollout.top_p"] == 0.95 and ns["actor.lr_warmup_ratio"] == 0.0
 
 
-def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, monkeypatch):
+def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, monkeypatch, capsys):
     """`--dry-run` never overwrites what was launched; without Ray the fix is named."""
     record = ROOT / "configs/resolved/stage1_format.launch.json"
     record.parent.mkdir(parents=True, exist_ok=True)
@@ -318,12 +312,12 @@ def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, 
             record.unlink()
         else:
             record.write_text(before)
+    capsys.readouterr()
     monkeypatch.setenv("PATH", str(tmp_path))  # no `ray` on it
-    out = subprocess.run(
-        [sys.executable, "-m", "rollout.submit", "stage1", "--preflight"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "[FAIL] ray CLI" in out.stdout and "pip install -e '.[train]'" in out.stdout
+    servers = ["search.urls=http://127.0.0.1:9", "reward_server.urls=http://127.0.0.1:9"]
+    assert submit.main(["stage1", "--preflight", *servers]) == 1
+    shown = capsys.readouterr().out
+    assert "[FAIL] ray CLI" in shown and "pip install -e '.[train]'" in shown
 
 
 def test_config_inline_wins_over_a_missing_file(monkeypatch):
@@ -333,12 +327,7 @@ def test_config_inline_wins_over_a_missing_file(monkeypatch):
     assert stage_from_env() == stage
 
 
-def test_openrlhf_post_parse_checks_run():
+def test_openrlhf_post_parse_checks_run(capsys):
     """The rendered flags go through the checks train_ppo_ray makes after parsing, before Ray starts."""
-    out = subprocess.run(
-        ["bash", "launch/ray_submit.sh", "stage1", "--dry-run", "openrlhf.rollout.n_samples_per_prompt=1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 2 and "requires n_samples_per_prompt > 1" in out.stderr
+    assert submit.main(["stage1", "--dry-run", "openrlhf.rollout.n_samples_per_prompt=1"]) == 2
+    assert "requires n_samples_per_prompt > 1" in capsys.readouterr().err
