@@ -187,6 +187,9 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
     from rollout.submit import STAGES, preflight_checks, resolve, runtime_env
 
     stage = STAGES[stage_name]
+    if not (Path(sys.executable).parent / "ray").is_file():
+        print("error: the rehearsal needs Ray 2.55 with its job server: pip install -e '.[dev]'", file=sys.stderr)
+        return 3
     work = ROOT / "runs/rehearse"
     stage_dir = work / stage
     stage_dir.mkdir(parents=True, exist_ok=True)
