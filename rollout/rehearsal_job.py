@@ -40,8 +40,8 @@ def install_vllm_standin() -> bool:
     """OpenRLHF's samples generator imports vLLM at module level, for SamplingParams and its engine
     module's helpers. Where vLLM is not installed, a module with just those names stands in; the
     SamplingParams it offers is rollout.engines', importable in every worker."""
-    if importlib.util.find_spec("vllm") is not None:
-        return False
+    if "vllm" in sys.modules or importlib.util.find_spec("vllm") is not None:
+        return False  # the real vLLM, or the stand-in already installed
     vllm = types.ModuleType("vllm")
     vllm.SamplingParams = SamplingParams  # type: ignore[attr-defined]
     vllm.__version__ = "0.0.0+searchrl.cpu"  # type: ignore[attr-defined]
