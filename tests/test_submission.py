@@ -295,6 +295,8 @@ def test_r1searcher_defaults_and_prefix_caching(stage):
     ns = vars(check_args(submit.resolve(stage, None, [])["train_args"]))
     assert ns["vllm.enable_prefix_caching"] is True
     assert ns["rollout.top_p"] == 0.95 and ns["actor.lr_warmup_ratio"] == 0.0
+    if stage == "stage1":  # the README's recipe: 320 prompts / 64 a step x 10 passes = 50 rollout steps
+        assert ns["train.num_episodes"] == 10 and ns["rollout.batch_size"] == 64
 
 
 def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, monkeypatch, capsys):
