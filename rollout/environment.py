@@ -96,6 +96,8 @@ class SearchEnvironment:
                 costs = [sum(p.cost for hits in g for p in hits) for g in grouped]
                 failed = False
             except SearchError as e:
+                if e.ends_run:
+                    raise
                 # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
                 texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
                 costs = [0.0] * len(searching)
