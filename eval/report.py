@@ -46,12 +46,18 @@ def warnings(summaries: list[dict]) -> list[str]:
         questions = sum(s.get("questions_with_search_errors", 0) for s in summaries)
         accepted = all(s.get("search_errors_allowed") for s in summaries if s.get("search_errors"))
         lines.append(
-            f"**{failed} searches failed** in {questions} questions: "
+            f"**{failed} searches failed** in {questions} question{'s' * (questions != 1)}: "
             + (
                 "accepted with --allow-search-errors; those questions were answered without documents."
                 if accepted
                 else "these figures are not results; fix the search backend and run the same command again."
             )
+        )
+    halted = [s["dataset"] for s in summaries if s.get("halted_on_outage")]
+    if halted:
+        lines.append(
+            f"**The run stopped in {', '.join(halted)}**: every search of a batch failed "
+            f"({sum(s.get('not_run', 0) for s in summaries)} questions not run)."
         )
     missing = sum(s.get("judge_missing", 0) for s in summaries)
     if missing:

@@ -285,7 +285,8 @@ async def evaluate(spec: str, run: Run) -> dict[str, Any]:
     env = SearchEnvironment(run.search, run.episode)
     params = GenParams(temperature=run.settings.temperature, max_tokens=run.episode.max_segment_tokens)
     started = time.time()
-    failed = 0
+    failed = not_run = 0
+    halted = False
     bar = tqdm(total=len(questions), initial=len(questions) - len(todo), desc=name, unit="q")
     with path.open("a", encoding="utf-8") as fh:
         for start in range(0, len(todo), run.settings.batch_size):
@@ -315,6 +316,11 @@ async def evaluate(spec: str, run: Run) -> dict[str, Any]:
             bar.update(len(batch))
             if failed:
                 bar.set_postfix(failed_searches=failed)
+            if not run.allow_search_errors and outage(results):
+                # Every search of the batch failed: the backend is down, and going on would only make more of
+                # the same; what was done is kept, and the same command later goes on from here.
+                not_run, halted = len(todo) - start - len(batch), True
+                break
     bar.close()
     if run.judge is not None:
         judged = await fill_verdicts(path, run.judge)
@@ -328,6 +334,8 @@ async def evaluate(spec: str, run: Run) -> dict[str, Any]:
         "dataset": name,
         **score_summary(path, run.judge.model if run.judge else None),
         "search_errors_allowed": run.allow_search_errors,
+        "halted_on_outage": halted,
+        "not_run": not_run,
         "model": run.model.name,
         "model_path": run.model.model_path,
         "template": run.model.kind,
@@ -350,6 +358,12 @@ async def evaluate(spec: str, run: Run) -> dict[str, Any]:
     return summary
 
 
+def outage(results: Sequence[Any]) -> bool:
+    """Whether every search of a batch failed (and there was at least one)."""
+    searches = sum(r.episode.num_searches for r in results)
+    return searches > 0 and sum(r.episode.search_errors for r in results) == searches
+
+
 def search_failure_line(summaries: Sequence[dict[str, Any]]) -> str | None:
     failed = sum(s["search_errors"] for s in summaries)
     if not failed:
@@ -358,7 +372,10 @@ def search_failure_line(summaries: Sequence[dict[str, Any]]) -> str | None:
         f"{s['dataset']} {s['questions_with_search_errors']}" for s in summaries if s["questions_with_search_errors"]
     )
     questions = sum(s["questions_with_search_errors"] for s in summaries)
-    return f"{failed} searches failed, in {questions} questions ({where})"
+    line = f"{failed} searches failed, in {questions} question{'s' * (questions != 1)} ({where})"
+    if any(s.get("halted_on_outage") for s in summaries):
+        line += "; every search of a batch failed, so the run stopped there"
+    return line
 
 
 def exit_code(summaries: Sequence[dict[str, Any]], allow_search_errors: bool) -> int:
@@ -429,7 +446,12 @@ def run_all(
 
     async def go() -> list[dict[str, Any]]:
         try:
-            return [await evaluate(s, run) for s in specs]
+            summaries = []
+            for spec in specs:
+                summaries.append(await evaluate(spec, run))
+                if summaries[-1]["halted_on_outage"]:
+                    break
+            return summaries
         finally:
             for closable in (run.engine, run.judge, search):
                 if closable is not None and hasattr(closable, "aclose"):
