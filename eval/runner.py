@@ -99,10 +99,11 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--engine",
-        choices=["vllm", "openai", "hf", "replay"],
-        default="vllm",
+        choices=["auto", "vllm", "openai", "hf", "replay"],
+        default="auto",
         help="vllm: offline on the GPU; openai: an OpenAI-compatible /completions endpoint; hf: transformers "
-        "(CPU); replay: re-emit recorded trajectories (--recordings), search live",
+        "(CPU); replay: re-emit recorded trajectories (--recordings), search live; auto (default): replay "
+        "with --recordings, else vllm where vLLM and a GPU are, else hf",
     )
     g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="for --engine openai (e.g. `vllm serve`)")
     g.add_argument("--served-model", default=None, help="model name at the endpoint (default: the model path)")
@@ -172,9 +173,45 @@ def model_from(args: argparse.Namespace) -> ModelConfig:
     return resolve_model(spec, template)
 
 
+def resolve_engine(args: argparse.Namespace) -> str:
+    """The engine `auto` stands for here; a clear error when vLLM is asked for and not installed."""
+    import importlib.util
+
+    engine = args.engine
+    if engine == "auto":
+        if args.recordings:
+            return "replay"
+        try:
+            import torch
+
+            gpu = torch.cuda.is_available()
+        except ImportError:
+            gpu = False
+        engine = "vllm" if gpu and importlib.util.find_spec("vllm") else "hf"
+        print(f"[eval] engine: {engine}", file=sys.stderr)
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "--engine vllm: vLLM is not installed here (pip install -e '.[train]' on a GPU node); "
+            "on a CPU use --engine hf, or --engine openai with a served model"
+        )
+    return engine
+
+
+def served_model(base_url: str) -> str | None:
+    """The one model an OpenAI-compatible server serves (`vllm serve PATH` names it PATH as typed)."""
+    import httpx
+
+    try:
+        models = httpx.get(base_url.rstrip("/") + "/models", timeout=5.0).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+    return models[0]["id"] if isinstance(models, list) and len(models) == 1 and "id" in models[0] else None
+
+
 def make_engine(args: argparse.Namespace, model: ModelConfig, tokenizer: Any) -> TextEngine:
     if args.engine == "openai":
-        return OpenAICompletionsEngine(args.base_url, args.served_model or model.model_path)
+        name = args.served_model or served_model(args.base_url) or model.model_path
+        return OpenAICompletionsEngine(args.base_url, name)
     if args.engine == "hf":
         from rollout.hub import load_causal_lm
         from rollout.hub import load_tokenizer as hub_tokenizer
@@ -420,6 +457,7 @@ def run_all(
     extra: dict[str, Any] | None = None,
 ) -> int:
     """Evaluate every dataset; returns the exit code (0, 3: searches failed, 4: verdicts missing)."""
+    args.engine = resolve_engine(args)
     model = model_from(args)
     episode = episode_from(args)
     out = args.out or Path("runs/eval") / model.name

@@ -34,7 +34,10 @@ def completions_app(behaviour: dict, calls: list) -> FastAPI:
     @app.post("/v1/completions")
     async def complete(body: dict) -> dict:
         calls.append(body)
-        text = SEGMENTS[min(body["prompt"].count("<|begin_of_documents|>\n(1)"), len(SEGMENTS) - 1)]
+        segment = min(body["prompt"].count("<|begin_of_documents|>\n(1)"), len(SEGMENTS) - 1)
+        if behaviour.get("hook"):
+            behaviour["hook"](segment)
+        text = SEGMENTS[segment]
         searching = text.rstrip().endswith(("Alan Turing", "inventor"))
         choice = {"text": text + (END_QUERY if searching and behaviour["keep"] else ""), "finish_reason": "stop"}
         if behaviour["field"]:
@@ -114,7 +117,7 @@ def test_segment_text_gives_one_end_tag_whatever_the_endpoint(choice, expected):
 )
 def test_vllm_serve_like_endpoint_one_end_tag_per_query(llm, retrieval, tmp_path, capsys, keep, field):
     url, behaviour, calls = llm
-    behaviour.update(keep=keep, field=field)
+    behaviour.update(keep=keep, field=field, hook=None)
     assert run_local(args(url, retrieval, tmp_path)) == 0, capsys.readouterr().err[-2000:]
     assert calls[-1]["stop"] == [END_QUERY] and calls[-1]["include_stop_str_in_output"] is True
     for r in records(tmp_path / "bamboogle.jsonl"):
@@ -125,25 +128,22 @@ def test_vllm_serve_like_endpoint_one_end_tag_per_query(llm, retrieval, tmp_path
         assert trajectory.count("<|begin_of_documents|>\n(1)") == 2 and r["pred_ans"] == "Alan Turing"
 
 
-def test_failed_searches_exit_3_and_are_redone(llm, mini_index, tmp_path, capsys):
+def test_retrieval_server_down_exits_3_and_failed_questions_are_redone(llm, mini_index, tmp_path, capsys):
     url, behaviour, _ = llm
-    behaviour.update(keep=True, field="stop_reason")
+    behaviour.update(keep=True, field="stop_reason", hook=None)
     port = free_port()  # nothing listens here yet: the retrieval server is down
     down = f"http://127.0.0.1:{port}"
-    # Every search of the first batch fails: the run stops there rather than make more of the same.
-    assert run_local(args(url, down, tmp_path, "--batch-size", "1")) == 3
-    err = capsys.readouterr().err
-    assert "error: 2 searches failed, in 1 question (bamboogle 1)" in err and "the run stopped there" in err
-    table = (tmp_path / "results.md").read_text()
-    assert "**2 searches failed** in 1 question" in table and "1 questions not run" in table
+    assert run_local(args(url, down, tmp_path)) == 3
+    assert "error: searches failed" in capsys.readouterr().err
+    assert not (tmp_path / "bamboogle.jsonl").exists()  # found out before generating anything
     # Accepted: the run goes on, exits 0, and the count is still on the console and in the report.
-    assert run_local(args(url, down, tmp_path, "--batch-size", "1", "--allow-search-errors")) == 0
+    assert run_local(args(url, down, tmp_path, "--allow-search-errors")) == 0
     err = capsys.readouterr().err
     assert "warning: 4 searches failed, in 2 questions" in err and "allow-search-errors" in err
     table = (tmp_path / "results.md").read_text()
     assert "**4 searches failed** in 2 questions" in table and "accepted with --allow-search-errors" in table
     assert json.loads((tmp_path / "bamboogle.summary.json").read_text())["search_errors"] == 4
-    # The server comes back: the same command redoes those questions.
+    # The server comes back: the same command without the flag redoes those questions.
     with serve(search_app(ServerConfig(index_dir=mini_index)), port=port):
         assert run_local(args(url, down, tmp_path)) == 0
     assert "redoing 2 questions" in capsys.readouterr().err
@@ -152,9 +152,36 @@ def test_failed_searches_exit_3_and_are_redone(llm, mini_index, tmp_path, capsys
     assert "searches failed" not in (tmp_path / "results.md").read_text()
 
 
+def test_retrieval_server_lost_mid_run_exits_3_with_the_count(llm, mini_index, tmp_path, capsys):
+    url, behaviour, _ = llm
+    port = free_port()
+    server = serve(search_app(ServerConfig(index_dir=mini_index)), port=port)
+    server.__enter__()
+    stopped = []
+
+    def stop_on_second_segment(segment: int) -> None:
+        if segment == 1 and not stopped:
+            stopped.append(True)
+            server.__exit__(None, None, None)
+
+    behaviour.update(keep=True, field="stop_reason", hook=stop_on_second_segment)
+    try:
+        # Question 1: its first search answered, its second failed. Question 2 (the next batch): every
+        # search failed, so the run stops there.
+        assert run_local(args(url, f"http://127.0.0.1:{port}", tmp_path, "--batch-size", "1")) == 3
+    finally:
+        behaviour["hook"] = None
+        if not stopped:
+            server.__exit__(None, None, None)
+    err = capsys.readouterr().err
+    assert "error: 3 searches failed, in 2 questions (bamboogle 2)" in err and "the run stopped there" in err
+    assert "**3 searches failed** in 2 questions" in (tmp_path / "results.md").read_text()
+    assert [r["search_errors"] for r in records(tmp_path / "bamboogle.jsonl")] == [1, 2]
+
+
 def test_resume_with_other_settings_is_refused(llm, retrieval, tmp_path, capsys):
     url, behaviour, _ = llm
-    behaviour.update(keep=True, field="stop_reason")
+    behaviour.update(keep=True, field="stop_reason", hook=None)
     assert run_local(args(url, retrieval, tmp_path, "--top-k", "3")) == 0
     first = (tmp_path / "bamboogle.jsonl").read_text()
     capsys.readouterr()
@@ -192,7 +219,7 @@ def test_replay_cache_miss_raises(llm, tmp_path, capsys):
     from eval.run_bamboogle_online import main as online
 
     url, behaviour, _ = llm
-    behaviour.update(keep=True, field="stop_reason")
+    behaviour.update(keep=True, field="stop_reason", hook=None)
     code = online(
         [
             "--provider",
@@ -235,7 +262,7 @@ def judge_args(url: str, retrieval: str, out: Path, judge_url: str, cache: Path)
 
 def test_judge_outage_keeps_generations_and_a_later_pass_judges(llm, retrieval, tmp_path, capsys):
     url, behaviour, _ = llm
-    behaviour.update(keep=True, field="stop_reason")
+    behaviour.update(keep=True, field="stop_reason", hook=None)
     judge = FakeControl(api_key=None, mode="500")
     with serve(chat_app(judge, answer="True")) as judge_url:
         assert run_local(judge_args(url, retrieval, tmp_path / "a", judge_url, tmp_path / "cache.sqlite")) == 4
@@ -258,7 +285,7 @@ def test_judge_outage_keeps_generations_and_a_later_pass_judges(llm, retrieval, 
 
 def test_judge_added_to_a_finished_run_and_judge_command(llm, retrieval, tmp_path, capsys):
     url, behaviour, _ = llm
-    behaviour.update(keep=True, field="stop_reason")
+    behaviour.update(keep=True, field="stop_reason", hook=None)
     judge = FakeControl(api_key=None)
     with serve(chat_app(judge, answer="True")) as judge_url:
         assert run_local(args(url, retrieval, tmp_path / "a")) == 0
