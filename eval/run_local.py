@@ -27,7 +27,7 @@ if not __package__:
 
 from eval.records import RecordError  # noqa: E402
 from eval.resume import search_identity  # noqa: E402
-from eval.runner import EXIT_SEARCH_ERRORS, add_generation_args, run_all  # noqa: E402
+from eval.runner import add_generation_args, run_all  # noqa: E402
 from rollout.config import ConfigError, load  # noqa: E402
 from search_backend.base import SearchError  # noqa: E402
 from search_backend.config import SearchConfig, open_backend  # noqa: E402
@@ -43,10 +43,7 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
 
 
 async def probe(config: SearchConfig) -> str | None:
-    """One search through a throwaway client of the retrieval server(s): None when it answers, else why not.
-
-    Without it a run against a server that is not up would generate every question before saying so,
-    and a policy that happens not to search would not say so at all."""
+    """One search through a throwaway client of the retrieval server(s): None when it answers, else why not."""
     backend = open_backend(config)
     try:
         await backend.search(["searchrl probe"], 1)
@@ -80,18 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         config = search_config(args)
-        problem = asyncio.run(probe(config)) if config.backend == "http" and not args.allow_search_errors else None
-        if problem:
-            print(
-                f"error: searches failed: {problem}. Nothing was evaluated; start the retrieval server "
-                f"(launch/start_servers.sh, or python -m search_backend.serve) at {', '.join(config.urls)}, "
-                "or pass --allow-search-errors",
-                file=sys.stderr,
-            )
-            return EXIT_SEARCH_ERRORS
         backend = open_backend(config)
         datasets = [d.strip() for d in args.dataset.split(",") if d.strip()]
-        return run_all(datasets, args, backend, search_identity(config))
+        check = (lambda: asyncio.run(probe(config))) if config.backend == "http" else None
+        return run_all(datasets, args, backend, search_identity(config), probe=check)
     except (ConfigError, RecordError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -311,9 +311,10 @@ def refresh_summary(path: Path, judge_model: str | None = None) -> bool:
     return True
 
 
-async def evaluate(spec: str, run: Run) -> dict[str, Any]:
+async def evaluate(spec: str, run: Run, questions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     name = dataset_name(spec)
-    questions = load_questions(spec, run.question_field, run.answer_field)[: run.settings.limit]
+    if questions is None:
+        questions = load_questions(spec, run.question_field, run.answer_field)[: run.settings.limit]
     path = run.out / f"{name}.jsonl"
     done, redo = _finished(path, redo_failed=not run.allow_search_errors)
     if redo:
@@ -455,8 +456,12 @@ def run_all(
     search: SearchBackend,
     search_id: dict[str, Any],
     extra: dict[str, Any] | None = None,
+    probe: Callable[[], str | None] | None = None,
 ) -> int:
-    """Evaluate every dataset; returns the exit code (0, 3: searches failed, 4: verdicts missing)."""
+    """Evaluate every dataset; returns the exit code (0, 3: searches failed, 4: verdicts missing).
+
+    Inputs are checked first (model, episode, datasets, the output folder), then `probe` (one search;
+    None when it was answered, else why not), and only then is the model loaded."""
     args.engine = resolve_engine(args)
     model = model_from(args)
     episode = episode_from(args)
@@ -476,9 +481,20 @@ def run_all(
         question_field=args.question_field,
         answer_field=args.answer_field,
     )
+    questions = {spec: load_questions(spec, run.question_field, run.answer_field)[: args.limit] for spec in specs}
     note = check_resume(out, run_identity(run, args, search_id), args.force_new)
     if note:
         print(f"[eval] {note}", file=sys.stderr)
+    problem = probe() if probe is not None and not args.allow_search_errors else None
+    if problem:
+        # Found out before the model loads: otherwise every question would be generated before saying so,
+        # and a policy that happens not to search would not say so at all.
+        print(
+            f"error: searches failed: {problem}. Nothing was evaluated; start the search backend "
+            "(launch/start_servers.sh, or python -m search_backend.serve), or pass --allow-search-errors",
+            file=sys.stderr,
+        )
+        return EXIT_SEARCH_ERRORS
     run.engine = make_engine(args, model, tokenizer)
     run.judge = make_judge(args)
 
@@ -486,7 +502,7 @@ def run_all(
         try:
             summaries = []
             for spec in specs:
-                summaries.append(await evaluate(spec, run))
+                summaries.append(await evaluate(spec, run, questions[spec]))
                 if summaries[-1]["halted_on_outage"]:
                     break
             return summaries

@@ -151,7 +151,7 @@ def test_hf_spec_with_config_and_split():
     assert parse_hf("hf:RUC-NLPIR/FlashRAG_datasets:nq:test") == ("RUC-NLPIR/FlashRAG_datasets", "nq", "test")
 
 
-def test_offline_errors_name_what_to_download(tmp_path, capsys, monkeypatch):
+def test_offline_errors_name_what_to_download(mini_index, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubError, match="huggingface-cli download --repo-type dataset hotpot_qa"):
         load_questions("hf:hotpot_qa:distractor:validation")
@@ -171,7 +171,7 @@ def test_offline_errors_name_what_to_download(tmp_path, capsys, monkeypatch):
     assert code == 2 and "huggingface-cli download Qwen/Qwen2.5-7B-Instruct" in err
     code = run_local(
         ["--dataset", "bamboogle", "--model", "configs/models/qwen2.5-7b-base.yaml", "--engine", "hf"]
-        + ["--search-url", dead, "--out", str(tmp_path / "c")]
+        + ["--index", str(mini_index), "--out", str(tmp_path / "c")]
     )
     assert code == 2 and "huggingface-cli download Qwen/Qwen2.5-7B" in capsys.readouterr().err
     from rollout.prompt_data import main as prepare
@@ -192,3 +192,14 @@ def test_offline_errors_name_what_to_download(tmp_path, capsys, monkeypatch):
     assert code == 2 and "huggingface-cli download Qwen/Qwen2.5-7B-Instruct" in capsys.readouterr().err
     code = prepare("stage2_answer", ["--input", "some-org/not-here", "--out", str(tmp_path / "p.jsonl")])
     assert code == 2 and "--repo-type dataset some-org/not-here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "module", ["eval.judge", "eval.run_local", "eval.run_bamboogle_online", "rollout.tiny_policy"]
+)
+def test_help(module, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(module).main(["--help"])
+    assert exit_.value.code == 0 and "usage:" in capsys.readouterr().out
