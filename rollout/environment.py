@@ -99,6 +99,8 @@ class SearchEnvironment:
                 # Credentials are wrong for every search of the run: stop now, not after a run of failures.
                 raise
             except SearchError as e:
+                if e.ends_run:
+                    raise
                 # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
                 texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
                 costs = [0.0] * len(searching)

@@ -39,10 +39,10 @@ def render_prompt(model: ModelConfig, question: str, tokenizer: ChatTokenizer | 
 
 
 def load_tokenizer(model: ModelConfig) -> Any:
-    """The model's Hugging Face tokenizer (a hub name or a local path)."""
-    from transformers import AutoTokenizer
+    """The model's Hugging Face tokenizer (a hub name or a local path); offline, an error naming what to fetch."""
+    from rollout.hub import load_tokenizer as load
 
-    return AutoTokenizer.from_pretrained(model.tokenizer, trust_remote_code=False)
+    return load(model.tokenizer)
 
 
 def template_fingerprint(model: ModelConfig) -> str:

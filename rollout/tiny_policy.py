@@ -8,6 +8,7 @@ observation back from token ids.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rollout.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE
@@ -71,3 +72,37 @@ def build_model(vocab_size: int, seed: int = 0) -> Any:
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def save_checkpoint(out: Path, texts: Iterable[str], seed: int = 0) -> Path:
+    """A tiny checkpoint folder as a training stage writes one (save_pretrained: weights and tokenizer)."""
+    tokenizer = build_tokenizer(texts)
+    build_model(len(tokenizer), seed).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    p = argparse.ArgumentParser(
+        prog="python -m rollout.tiny_policy",
+        description="Write a tiny random checkpoint folder (save_pretrained) for CPU runs of the evaluation: "
+        "`eval/run_local.py --model FOLDER --template base --engine hf`. Its answers are noise.",
+    )
+    p.add_argument("--out", type=Path, default=Path("runs/tiny-checkpoint"), help="checkpoint folder to write")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    texts = [
+        json.loads(line).get(key, "")
+        for name, key in (("bamboogle_llama_sample.jsonl", "gen_text_store"), ("mini_corpus.jsonl", "text"))
+        for line in (root / "examples" / name).open(encoding="utf-8")
+    ]
+    print(save_checkpoint(args.out, texts, args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -146,6 +146,9 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
             "1",
             "--max-length",
             "4096",
+            # Options reach the CPU demo too (they were once ignored there).
+            "episode.max_queries_per_block=2",
+            "episode.process_reward_weight=0.5",
         ],
         capture_output=True,
         text=True,
@@ -156,10 +159,15 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
     assert "mode: CPU demo" in res.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["replay"]["episodes"] == 4 and summary["replay"]["queries_as_recorded"] == 4
-    assert summary["replay"]["search_errors"] == 0 and summary["replay"]["mean_reward"] == 1.0
+    assert summary["replay"]["search_errors"] == 0
+    assert summary["episode"]["max_queries_per_block"] == 2 and summary["episode"]["process_reward_weight"] == 0.5
     episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").open()]
     assert [e["mode"] for e in episodes].count("tiny-transformer") == 1
-    assert all("<|begin_of_documents|>\n(1)" in e["solution"] for e in episodes if e["mode"] == "replay")
+    replays = [e for e in episodes if e["mode"] == "replay"]
+    assert all("<|begin_of_documents|>\n(1)" in e["solution"] for e in replays)
+    # The outcome score is the format reward's 1.0; the process reward adds 0.5 per search that found a gold answer.
+    assert all(e["score"] == 1.0 and "process_reward" in e["logs"] for e in replays)
+    assert all(e["reward"] == 1.0 + e["logs"]["process_reward"] for e in replays)
 
 
 def test_stage2_waits_for_stage1_to_be_ready(tmp_path):
