@@ -25,11 +25,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import faiss  # noqa: E402
-
 from benchmarks.loadgen import closed_loop  # noqa: E402
 from rollout.service import free_port  # noqa: E402
 from search_backend.build_index import EMBED_DIR, build  # noqa: E402
+from search_backend.faiss_import import faiss  # noqa: E402
 from search_backend.faiss_index import build_index, effective_factory, set_search_params  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
 

@@ -15,8 +15,9 @@ from typing import Any, Protocol
 
 import httpx
 
+from eval.segments import segment_text
 from rollout.environment import Episode, SearchEnvironment
-from rollout.protocol import BEGIN_QUERY, END_QUERY
+from rollout.protocol import END_QUERY
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,6 @@ class Completion:
 
 class TextEngine(Protocol):
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]: ...
-
-
-def _close_open_query(text: str, finish_reason: str, stop_reason: Any = None) -> str:
-    """OpenAI-style APIs drop the stop string; put `<|end_of_query|>` back when generation stopped on it."""
-    if stop_reason == END_QUERY or (
-        finish_reason == "stop" and BEGIN_QUERY in text and END_QUERY not in text.rsplit(BEGIN_QUERY, 1)[1]
-    ):
-        return text + END_QUERY
-    return text
 
 
 class OpenAICompletionsEngine:
@@ -91,10 +83,7 @@ class OpenAICompletionsEngine:
             body["seed"] = params.seed
         resp = await self._client.post(self.url, json=body)
         resp.raise_for_status()
-        choice = resp.json()["choices"][0]
-        reason = choice.get("finish_reason") or "stop"
-        text = _close_open_query(choice.get("text", ""), reason, choice.get("stop_reason"))
-        return Completion(text, "length" if reason == "length" else "stop")
+        return Completion(*segment_text(resp.json()["choices"][0]))
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(p, params) for p in prompts)))
@@ -128,7 +117,10 @@ class HFTextEngine:
             text = result.text
             if self.tokenizer.eos_token and text.endswith(self.tokenizer.eos_token):
                 text = text[: -len(self.tokenizer.eos_token)]
-            out.append(Completion(text, result.finish_reason))
+            # The engine keeps the stop string; with no stop reported, an open query at EOS stays open.
+            out.append(
+                Completion(*segment_text({"text": text, "finish_reason": result.finish_reason, "stop_reason": None}))
+            )
         return out
 
     async def aclose(self) -> None:
@@ -148,10 +140,15 @@ class VLLMEngine:
 
         sp = SamplingParams(**params.segment_kwargs())
         outputs = await asyncio.to_thread(self.llm.generate, prompts, sp, use_tqdm=False)
-        return [Completion(o.outputs[0].text, o.outputs[0].finish_reason or "stop") for o in outputs]
+        return [Completion(*segment_text(vars_of(o.outputs[0]))) for o in outputs]
 
     async def aclose(self) -> None:
         pass
+
+
+def vars_of(output: Any) -> dict[str, Any]:
+    """The fields of a vLLM CompletionOutput that `segment_text` reads."""
+    return {k: getattr(output, k, None) for k in ("text", "finish_reason", "stop_reason")}
 
 
 @dataclass

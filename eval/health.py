@@ -14,6 +14,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SIGNALS = (
     "searched",
@@ -90,7 +91,24 @@ def summary(curves: dict[str, list[tuple[int, float]]]) -> dict[str, dict[str, f
     return out
 
 
-def plot(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
+# What each curve measures, for the y axis.
+UNITS = {
+    "searched": "share of episodes",
+    "num_searches": "searches / episode",
+    "format_ok": "pass rate",
+    "answer_words": "words",
+    "search_capped": "share of episodes",
+    "search_latency_ms": "ms / search",
+    "search_errors": "errors / episode",
+    "reward": "mean reward",
+    "em": "mean EM",
+    "f1": "mean F1",
+}
+
+
+def build_figure(curves: dict[str, list[tuple[int, float]]], t: Thresholds = Thresholds()) -> Any:
+    """One panel per signal, axes labelled; the format and search panels draw the rolling mean the flags
+    read and the thresholds they compare it with."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,14 +117,36 @@ def plot(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
     names = [n for n in SIGNALS if n in curves] + sorted(n for n in curves if n.startswith("violation_"))
     cols = 3
     rows = max(1, -(-len(names) // cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
     for ax, name in zip(axes.flat, names, strict=False):
         steps, values = zip(*curves[name], strict=True)
-        ax.plot(steps, values)
+        ax.plot(steps, values, lw=1, label=name)
         ax.set_title(name, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel(UNITS.get(name, "share of episodes"), fontsize=8)
+        ax.tick_params(labelsize=7)
+        rolled = _rolling(list(values), t.window)
+        if name == "format_ok" and rolled:
+            ax.plot(steps, rolled, lw=1.5, label=f"mean of {t.window} steps")
+            ax.axhline(
+                max(rolled) - t.format_drop, color="firebrick", ls="--", lw=1, label=f"flag: best - {t.format_drop}"
+            )
+        elif name == "searched" and rolled:
+            ax.plot(steps, rolled, lw=1.5, label=f"mean of {t.window} steps")
+            ax.axhline(t.search_learned, color="grey", ls=":", lw=1, label=f"learned: {t.search_learned}")
+            ax.axhline(t.search_floor, color="firebrick", ls="--", lw=1, label=f"flag below {t.search_floor}")
+        if name in ("format_ok", "searched"):
+            ax.legend(fontsize=6, loc="best")
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.tight_layout()
+    return fig
+
+
+def plot(curves: dict[str, list[tuple[int, float]]], path: Path, t: Thresholds = Thresholds()) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = build_figure(curves, t)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -125,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    flags = collapse_flags(curves, Thresholds(args.window, args.format_drop, args.search_floor))
+    thresholds = Thresholds(args.window, args.format_drop, args.search_floor)
+    flags = collapse_flags(curves, thresholds)
     table = summary(curves)
     if args.png:
-        plot(curves, args.png)
+        plot(curves, args.png, thresholds)
     if args.json:
         print(json.dumps({"signals": table, "flags": flags}))
     else:

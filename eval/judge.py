@@ -1,16 +1,23 @@
 """LLM-as-judge (ACC_L) through any OpenAI-compatible chat endpoint, with R1-Searcher's judging rule:
 a prediction is correct when it fully aligns with the meaning and key information of the gold answer.
 
-Verdicts are cached on disk (SQLite, keyed by judge model, question, golds and prediction), so a
-re-run or a resumed evaluation pays for each judgement once.
+Verdicts are cached on disk (SQLite, keyed by judge model, question, golds and prediction), one cache
+shared by every output folder by default, so a re-run, a resumed or a replayed evaluation pays for each
+judgement once.
+
+    python -m eval.judge FILE.jsonl --judge-url URL [--judge-model M] [--pred-key pred_ans] [--out FILE]
+
+judges the records of an existing results file that have no verdict yet.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,10 +35,15 @@ class JudgeError(RuntimeError):
     """The judge endpoint gave no usable verdict."""
 
 
+DEFAULT_CACHE = Path("runs/judge_cache.sqlite")
+
+
 class VerdictCache:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        # Several evaluations may share the cache at once: WAL lets them read while one writes.
+        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict INTEGER, raw TEXT)")
         self._lock = threading.Lock()
 
@@ -108,3 +120,62 @@ class LLMJudge:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m eval.judge",
+        description="Judge (ACC_L) the records of a results file that have no verdict yet; the file is updated "
+        "in place (or written to --out), and so are the summary and report of an evaluation folder.",
+    )
+    p.add_argument("file", type=Path, help="JSONL results, one question per line (eval/run_local.py's, or others')")
+    p.add_argument("--judge-url", required=True, help="OpenAI-compatible endpoint of the judge")
+    p.add_argument("--judge-model", default="gpt-4o-mini")
+    p.add_argument("--judge-key-env", default="OPENAI_API_KEY", help="env var holding the judge's API key")
+    p.add_argument("--judge-cache", type=Path, default=DEFAULT_CACHE, help="verdict cache (SQLite, shared)")
+    p.add_argument("--question-key", default="question")
+    p.add_argument("--answer-key", default="answer", help="gold answer(s)")
+    p.add_argument("--pred-key", default="pred_ans", help="the extracted answer; '' to parse the trajectory")
+    p.add_argument("--trajectory-key", default="gen_text_store")
+    p.add_argument("--judge-key", default="judge", help="where verdicts go (True/False); the model in <key>_model")
+    p.add_argument("--out", type=Path, default=None, help="write the judged records here instead of FILE")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eval.judging import JudgeKeys, fill_verdicts
+    from eval.records import RecordError
+    from eval.runner import EXIT_UNJUDGED, refresh_summary
+    from eval.score import score_file
+
+    args = build_parser().parse_args(argv)
+    keys = JudgeKeys(args.question_key, args.answer_key, args.pred_key or None, args.trajectory_key, args.judge_key)
+    judge = LLMJudge(args.judge_url, args.judge_model, args.judge_cache, api_key_env=args.judge_key_env)
+
+    async def go():  # noqa: ANN202
+        try:
+            return await fill_verdicts(args.file, judge, keys, args.out)
+        finally:
+            await judge.aclose()
+
+    try:
+        result = asyncio.run(go())
+        target = args.out or args.file
+        if keys == JudgeKeys():
+            refresh_summary(target, judge.model)
+        print(
+            f"{target}: {result.judged_now} judged now ({judge.calls} judge calls), {result.missing} without a verdict"
+        )
+        if result.missing:
+            print(f"error: {result.missing} records have no verdict ({result.error}); run again", file=sys.stderr)
+            return EXIT_UNJUDGED
+        scores = score_file(str(target), args.pred_key or None, args.answer_key, args.judge_key, args.trajectory_key)
+    except (RecordError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"ACC_L={100 * scores['acc_l']:.1f} EM={100 * scores['em']:.1f} n={scores['n']} (judge {judge.model})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

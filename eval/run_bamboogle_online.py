@@ -17,12 +17,14 @@ from pathlib import Path
 
 # Run as a script, Python puts eval/ first on sys.path, where its modules would shadow packages of
 # the same name; the project root takes its place.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
+if not __package__:
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from pydantic import ValidationError  # noqa: E402
 
 from eval.records import RecordError  # noqa: E402
-from eval.runner import add_generation_args, run_all  # noqa: E402
+from eval.resume import web_options  # noqa: E402
+from eval.runner import add_generation_args, episode_from, run_all  # noqa: E402
 from rollout.config import ConfigError  # noqa: E402
 from search_backend.base import SearchError  # noqa: E402
 from search_backend.web import WebSearchBackend, WebSearchConfig  # noqa: E402
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             provider=args.provider,
             base_url=args.provider_url,
             site=args.site or None,
-            top_k=args.top_k,
+            top_k=episode_from(args).top_k,
             fetch_pages=args.fetch_pages,
             summarize=args.summarize,
             summarizer_base_url=args.summarizer_url,
@@ -63,23 +65,15 @@ def main(argv: list[str] | None = None) -> int:
             rate_limit_per_s=args.rate_limit,
         )
         backend = WebSearchBackend.from_config(config)
-        extra = {
-            "search": {
-                "provider": args.provider,
-                "site": config.site,
-                "fetch_pages": args.fetch_pages,
-                "summarize": args.summarize,
-                "replay": args.replay,
-            }
-        }
-        run_all([args.dataset], args, backend, extra)
+        extra = {"search": {**web_options(config), "replay": args.replay}}
+        search_id = {"backend": "web", "index": None, "options": web_options(config)}
+        return run_all([args.dataset], args, backend, search_id, extra)
     except ValidationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (ConfigError, RecordError, SearchError, ValueError) as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,27 +1,35 @@
 r"""Evaluate on HotpotQA, 2Wiki, MuSiQue and Bamboogle with a local search backend (R1-Searcher's protocol).
 
-    python eval/run_local.py --dataset hotpotqa,2wiki,musique,bamboogle --model configs/models/X.yaml \
-        [--engine vllm|openai|hf] [--index DIR | --search-url URL | --search CONFIG.yaml] [--limit N]
+    python eval/run_local.py --dataset hotpotqa,2wiki,musique,bamboogle \
+        --model configs/models/X.yaml | --model CHECKPOINT_FOLDER --template base|chat|configs/models/X.yaml \
+        [--stage configs/stages/stage2_answer.yaml] [--engine vllm|openai|hf|replay] \
+        [--index DIR | --search-url URL | --search CONFIG.yaml] [--limit N] [--out DIR]
 
 Writes per dataset `<name>.jsonl` (question, gold, trajectory, answer, searches, metrics) and
 `<name>.summary.json`, plus `results.md` and `results.png` across datasets. Re-running with the same
---out resumes where it stopped.
+--out resumes where it stopped (refused if the settings differ; --force-new starts again).
+Exit codes: 0 done; 2 bad input; 3 searches failed (--allow-search-errors accepts them); 4 the judge
+left records without a verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
 
 # Run as a script, Python puts eval/ first on sys.path, where its modules would shadow packages of
 # the same name; the project root takes its place.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
+if not __package__:
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from eval.records import RecordError  # noqa: E402
+from eval.resume import search_identity  # noqa: E402
 from eval.runner import add_generation_args, run_all  # noqa: E402
 from rollout.config import ConfigError, load  # noqa: E402
+from search_backend.base import SearchError  # noqa: E402
 from search_backend.config import SearchConfig, open_backend  # noqa: E402
 
 
@@ -34,6 +42,18 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
     return SearchConfig(backend="http", urls=args.search_url)
 
 
+async def probe(config: SearchConfig) -> str | None:
+    """One search through a throwaway client of the retrieval server(s): None when it answers, else why not."""
+    backend = open_backend(config)
+    try:
+        await backend.search(["searchrl probe"], 1)
+        return None
+    except SearchError as e:
+        return str(e)
+    finally:
+        await backend.aclose()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="eval/run_local.py",
@@ -44,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--dataset",
         required=True,
-        help="comma-separated: hotpotqa, 2wiki, musique, bamboogle (bundled), hf:NAME[:SPLIT], or a JSONL path",
+        help="comma-separated: hotpotqa, 2wiki, musique, bamboogle (bundled), hf:NAME[:CONFIG][:SPLIT], or a "
+        ".jsonl/.json/.parquet file (R1-Searcher's question/answer, or FlashRAG/Search-R1's golden_answers)",
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--index", help="a local index directory (search_backend.build_index)")
@@ -55,12 +76,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        backend = open_backend(search_config(args))
-        run_all([d.strip() for d in args.dataset.split(",") if d.strip()], args, backend)
+        config = search_config(args)
+        backend = open_backend(config)
+        datasets = [d.strip() for d in args.dataset.split(",") if d.strip()]
+        check = (lambda: asyncio.run(probe(config))) if config.backend == "http" else None
+        return run_all(datasets, args, backend, search_identity(config), probe=check)
     except (ConfigError, RecordError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 0
+    except SearchError as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """The evaluation runner shared by `eval/run_local.py` and `eval/run_bamboogle_online.py`.
 
 Per dataset: episodes in batches through the text-level loop, one JSON line per question appended
-as soon as it finishes (so an interrupted run resumes where it stopped), a summary computed from
-that file by `eval.score` itself (so the two always agree), then a Markdown table and a figure
-across every dataset in the output folder.
+as soon as it finishes (so an interrupted run resumes where it stopped), then the judge's pass over
+that file when a judge is given, then a summary computed from the file by `eval.score` itself (so
+the two always agree), and a Markdown table and a figure across every dataset in the output folder.
+
+A run never reports a figure that is not a result: failed searches make it exit 3 (unless
+`--allow-search-errors`), verdicts the judge could not give make it exit 4, and a resume under other
+settings is refused.
 """
 
 from __future__ import annotations
@@ -11,142 +15,325 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from eval.generation import GenParams, HFTextEngine, OpenAICompletionsEngine, TextEngine, VLLMEngine, run_episodes
-from eval.judge import LLMJudge
+from eval.judge import DEFAULT_CACHE, LLMJudge
+from eval.judging import JudgeKeys, fill_verdicts, needs_verdict
 from eval.metrics import all_metrics, as_golds
+from eval.models import resolve_model, template_config, template_id
 from eval.questions import dataset_name, load_questions
+from eval.records import read_jsonl
 from eval.report import write_reports
+from eval.resume import check_resume
 from eval.score import score_file
-from rollout.config import EpisodeConfig, ModelConfig, load
+from rollout.config import ConfigError, EpisodeConfig, ModelConfig, StageConfig, load, resolve_model_path, validate
 from rollout.environment import SearchEnvironment
 from rollout.protocol import parse_solution
 from rollout.templates import load_tokenizer, render_prompt
 from search_backend.base import SearchBackend
 
+# R1-Searcher's evaluation protocol: top-5 passages, up to 16 searches (training uses 3 and 8).
+EVAL_EPISODE = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
+# Command-line flag -> episode key; the episode keys an evaluation honours.
+EPISODE_FLAGS = {
+    "top_k": "top_k",
+    "max_searches": "max_searches",
+    "segment_tokens": "max_segment_tokens",
+    "max_queries_per_block": "max_queries_per_block",
+    "query_separator": "query_separator",
+}
+EXIT_SEARCH_ERRORS = 3
+EXIT_UNJUDGED = 4
+
 
 @dataclass(frozen=True)
 class RunSettings:
-    """R1-Searcher's evaluation protocol by default: top-5, up to 16 searches, greedy decoding."""
+    """Sampling and batching; the episode (top-k, search cap, ...) is rollout's own EpisodeConfig."""
 
-    top_k: int = 5
-    max_searches: int = 16
-    segment_tokens: int = 512
     temperature: float = 0.0
     batch_size: int = 32
     limit: int | None = None
 
 
+@dataclass
+class Run:
+    model: ModelConfig
+    engine: TextEngine
+    search: SearchBackend
+    episode: EpisodeConfig
+    settings: RunSettings
+    out: Path
+    engine_name: str = "hf"
+    judge: LLMJudge | None = None
+    tokenizer: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    allow_search_errors: bool = False
+    question_field: str = "question"
+    answer_field: str | None = None
+
+
 def add_generation_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a configs/models/*.yaml file (template and model path)")
-    p.add_argument(
+    g = p.add_argument_group("model")
+    g.add_argument(
+        "--model",
+        default=None,
+        help="a configs/models/*.yaml file, or a Hugging Face checkpoint folder (a stage's output) with --template",
+    )
+    g.add_argument(
+        "--template",
+        default=None,
+        help="for a checkpoint folder: base, chat, or the model config it was trained from (its prompt)",
+    )
+    g.add_argument(
+        "--stage",
+        default=None,
+        help="a stage config: evaluate with its episode settings; without --model, its final checkpoint",
+    )
+    g.add_argument(
         "--engine",
-        choices=["vllm", "openai", "hf"],
-        default="vllm",
-        help="vllm: offline on the GPU; openai: an OpenAI-compatible /completions endpoint; hf: transformers",
+        choices=["auto", "vllm", "openai", "hf", "replay"],
+        default="auto",
+        help="vllm: offline on the GPU; openai: an OpenAI-compatible /completions endpoint; hf: transformers "
+        "(CPU); replay: re-emit recorded trajectories (--recordings), search live; auto (default): replay "
+        "with --recordings, else vllm where vLLM and a GPU are, else hf",
     )
-    p.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="for --engine openai (e.g. `vllm serve`)")
-    p.add_argument(
-        "--served-model", default=None, help="model name at the endpoint (default: the config's model_path)"
+    g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="for --engine openai (e.g. `vllm serve`)")
+    g.add_argument("--served-model", default=None, help="model name at the endpoint (default: the model path)")
+    g.add_argument("--recordings", default=None, help="for --engine replay: JSONL with question, gen_text_store")
+    e = p.add_argument_group("episode (default: R1-Searcher's evaluation protocol, or the --stage config's)")
+    e.add_argument("--top-k", type=int, default=None, help="passages per search (default 5)")
+    e.add_argument("--max-searches", type=int, default=None, help="searches per question (default 16)")
+    e.add_argument("--segment-tokens", type=int, default=None, help="tokens per generation segment (default 512)")
+    e.add_argument("--max-queries-per-block", type=int, default=None, help="multi-query mode: queries per block")
+    e.add_argument("--query-separator", default=None, help="multi-query mode: separator (default ||)")
+    r = p.add_argument_group("run")
+    r.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
+    r.add_argument("--question-field", default="question", help="dataset field of the question (dotted path)")
+    r.add_argument(
+        "--answer-field", default=None, help="dataset field of the gold answer(s) (default: answer or golden_answers)"
     )
-    p.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
-    p.add_argument("--top-k", type=int, default=5)
-    p.add_argument("--max-searches", type=int, default=16)
-    p.add_argument("--segment-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--batch-size", type=int, default=32, help="episodes advanced together")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: runs/eval/<model name>)")
-    p.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint of an LLM judge (ACC_L)")
-    p.add_argument("--judge-model", default="gpt-4o-mini")
-    p.add_argument("--judge-key-env", default="OPENAI_API_KEY", help="env var holding the judge's API key")
-
-
-def settings_from(args: argparse.Namespace) -> RunSettings:
-    return RunSettings(
-        args.top_k, args.max_searches, args.segment_tokens, args.temperature, args.batch_size, args.limit
+    r.add_argument("--temperature", type=float, default=0.0)
+    r.add_argument("--batch-size", type=int, default=32, help="episodes advanced together")
+    r.add_argument("--out", type=Path, default=None, help="output folder (default: runs/eval/<model name>)")
+    r.add_argument("--force-new", action="store_true", help="move earlier results in --out aside and start again")
+    r.add_argument(
+        "--allow-search-errors",
+        action="store_true",
+        help="exit 0 although searches failed (the count is still reported); default: exit 3",
     )
+    j = p.add_argument_group("LLM judge (ACC_L)")
+    j.add_argument("--judge-url", default=None, help="OpenAI-compatible endpoint of an LLM judge")
+    j.add_argument("--judge-model", default="gpt-4o-mini")
+    j.add_argument("--judge-key-env", default="OPENAI_API_KEY", help="env var holding the judge's API key")
+    j.add_argument("--judge-cache", type=Path, default=DEFAULT_CACHE, help="verdict cache shared by runs (SQLite)")
 
 
-def make_engine(args: argparse.Namespace, model: ModelConfig) -> TextEngine:
+def episode_from(args: argparse.Namespace) -> EpisodeConfig:
+    """The stage config's episode section when given (else R1-Searcher's evaluation protocol), then flags."""
+    data: dict[str, Any] = dict(EVAL_EPISODE)
+    if args.stage:
+        data = load(StageConfig, args.stage).episode.model_dump(include=set(EPISODE_FLAGS.values()))
+    for flag, key in EPISODE_FLAGS.items():
+        if getattr(args, flag) is not None:
+            data[key] = getattr(args, flag)
+    return validate(EpisodeConfig, data, "episode settings")
+
+
+def model_from(args: argparse.Namespace) -> ModelConfig:
+    if args.engine == "replay":
+        if not args.recordings:
+            raise ConfigError("--engine replay: needs --recordings FILE.jsonl (question, gen_text_store)")
+        base = template_config(args.template or "base")
+        if base.kind != "base":
+            raise ConfigError("--engine replay: needs a base template (recorded trajectories carry no chat template)")
+        path = Path(args.recordings)
+        return base.model_copy(update={"name": f"replay-{path.stem}", "model_path": str(path.resolve())})
+    spec, template = args.model, args.template
+    if spec is None:
+        if not args.stage:
+            raise ConfigError(
+                "--model: required: a model config, or a checkpoint folder with --template base|chat (or --stage)"
+            )
+        stage = load(StageConfig, args.stage)
+        spec = stage.openrlhf.get("ckpt.output_dir")
+        if not isinstance(spec, str) or not Path(spec).is_dir():
+            raise ConfigError(
+                f"--stage {args.stage}: its final checkpoint (openrlhf ckpt.output_dir: {spec}) is not there; "
+                "train the stage first, or give --model"
+            )
+        template = template or str(resolve_model_path(args.stage, stage.model))
+    return resolve_model(spec, template)
+
+
+def resolve_engine(args: argparse.Namespace) -> str:
+    """The engine `auto` stands for here; a clear error when vLLM is asked for and not installed."""
+    import importlib.util
+
+    engine = args.engine
+    if engine == "auto":
+        if args.recordings:
+            return "replay"
+        try:
+            import torch
+
+            gpu = torch.cuda.is_available()
+        except ImportError:
+            gpu = False
+        engine = "vllm" if gpu and importlib.util.find_spec("vllm") else "hf"
+        print(f"[eval] engine: {engine}", file=sys.stderr)
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "--engine vllm: vLLM is not installed here (pip install -e '.[train]' on a GPU node); "
+            "on a CPU use --engine hf, or --engine openai with a served model"
+        )
+    return engine
+
+
+def served_model(base_url: str) -> str | None:
+    """The one model an OpenAI-compatible server serves (`vllm serve PATH` names it PATH as typed)."""
+    import httpx
+
+    try:
+        models = httpx.get(base_url.rstrip("/") + "/models", timeout=5.0).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+    return models[0]["id"] if isinstance(models, list) and len(models) == 1 and "id" in models[0] else None
+
+
+def make_engine(args: argparse.Namespace, model: ModelConfig, tokenizer: Any) -> TextEngine:
     if args.engine == "openai":
-        return OpenAICompletionsEngine(args.base_url, args.served_model or model.model_path)
+        name = args.served_model or served_model(args.base_url) or model.model_path
+        return OpenAICompletionsEngine(args.base_url, name)
     if args.engine == "hf":
-        return HFTextEngine.from_pretrained(model.model_path)
+        from rollout.hub import load_causal_lm
+        from rollout.hub import load_tokenizer as hub_tokenizer
+
+        return HFTextEngine(load_causal_lm(model.model_path), tokenizer or hub_tokenizer(model.tokenizer))
+    if args.engine == "replay":
+        from eval.replay import ReplayTextEngine
+
+        return ReplayTextEngine.from_file(args.recordings, lambda q: render_prompt(model, q, tokenizer))
     return VLLMEngine(model.model_path)
 
 
-def make_judge(args: argparse.Namespace, out: Path) -> LLMJudge | None:
+def make_judge(args: argparse.Namespace) -> LLMJudge | None:
     if not args.judge_url:
         return None
-    return LLMJudge(args.judge_url, args.judge_model, out / "judge_cache.sqlite", api_key_env=args.judge_key_env)
+    return LLMJudge(args.judge_url, args.judge_model, args.judge_cache, api_key_env=args.judge_key_env)
 
 
-def _finished(path: Path) -> set[Any]:
-    """Question ids already in the output; a line cut off by a crash is dropped so it is redone."""
+def settings_from(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(args.temperature, args.batch_size, args.limit)
+
+
+def run_identity(run: Run, args: argparse.Namespace, search_id: dict[str, Any]) -> dict[str, Any]:
+    """What the results in an output folder depend on; a resume must match it (eval.resume)."""
+    ep = run.episode
+    model = args.served_model if args.engine == "openai" and args.served_model else run.model.model_path
+    return {
+        "model": model,
+        "template": template_id(run.model),
+        "top_k": ep.top_k,
+        "max_searches": ep.max_searches,
+        "segment_tokens": ep.max_segment_tokens,
+        "max_queries_per_block": ep.max_queries_per_block,
+        "query_separator": ep.query_separator if ep.max_queries_per_block > 1 else None,
+        "temperature": run.settings.temperature,
+        "search": search_id,
+    }
+
+
+def _finished(path: Path, redo_failed: bool) -> tuple[set[Any], int]:
+    """Question ids already in the output, and how many records were dropped to be redone: a line cut
+    off by a crash, and (unless search errors are allowed) a question whose searches failed."""
     if not path.exists():
-        return set()
-    lines = path.read_text(encoding="utf-8").splitlines()
+        return set(), 0
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     good = []
     for line in lines:
         try:
-            good.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
-    if len(good) != len([line for line in lines if line.strip()]):
+        if redo_failed and record.get("search_errors"):
+            continue
+        good.append(record)
+    if len(good) != len(lines):
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in good), encoding="utf-8")
-    return {r["idx"] for r in good}
+    return {r["idx"] for r in good}, len(lines) - len(good)
 
 
-async def evaluate(
-    spec: str,
-    model: ModelConfig,
-    engine: TextEngine,
-    search: SearchBackend,
-    settings: RunSettings,
-    out: Path,
-    judge: LLMJudge | None = None,
-    tokenizer: Any = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+SCORE_KEYS = ("n", "em", "cem", "f1", "acc_l", "no_answer", "judge_model", "judge_missing", "judge_requested")
+
+
+def score_summary(path: Path, judge_model: str | None = None) -> dict[str, Any]:
+    """The figures of one results file. ACC_L only when every record has a verdict of one judge model."""
+    records = list(read_jsonl(path))
+    keys = JudgeKeys()
+    if judge_model is None:
+        models = {r.get(keys.model) for r in records}
+        if len(models) == 1 and None not in models and all(r.get(keys.verdict) is not None for r in records):
+            judge_model = models.pop()
+    missing = sum(needs_verdict(r, keys, judge_model) for r in records) if judge_model else 0
+    judged = judge_model is not None and missing == 0
+    scores = score_file(str(path), pred_key="pred_ans", answer_key="answer", judge_key="judge" if judged else None)
+    n = len(records)
+    summary = {
+        **scores,
+        "mean_searches": sum(r["num_searches"] for r in records) / n,
+        "no_answer": sum(not r["has_answer"] for r in records),
+        "search_errors": sum(r["search_errors"] for r in records),
+        "questions_with_search_errors": sum(bool(r["search_errors"]) for r in records),
+        "judge_model": judge_model if judged else None,
+    }
+    if judge_model and missing:
+        summary.update(judge_missing=missing, judge_requested=judge_model)
+    return summary
+
+
+def refresh_summary(path: Path, judge_model: str | None = None) -> bool:
+    """Recompute the figures of `<name>.summary.json` beside a results file, and the folder's reports."""
+    summary_path = path.with_name(f"{path.stem}.summary.json")
+    if not summary_path.is_file():
+        return False
+    summary = {k: v for k, v in json.loads(summary_path.read_text()).items() if k not in SCORE_KEYS}
+    summary.update(score_summary(path, judge_model))
+    summary_path.write_text(json.dumps(summary, indent=2))
+    write_reports(path.parent)
+    return True
+
+
+async def evaluate(spec: str, run: Run, questions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     name = dataset_name(spec)
-    questions = load_questions(spec)[: settings.limit]
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.jsonl"
-    done = _finished(path)
+    if questions is None:
+        questions = load_questions(spec, run.question_field, run.answer_field)[: run.settings.limit]
+    path = run.out / f"{name}.jsonl"
+    done, redo = _finished(path, redo_failed=not run.allow_search_errors)
+    if redo:
+        print(f"[eval] {name}: redoing {redo} questions (cut off, or their searches failed)", file=sys.stderr)
     todo = [q for q in questions if q["idx"] not in done]
-    env = SearchEnvironment(
-        search,
-        EpisodeConfig(
-            top_k=settings.top_k, max_searches=settings.max_searches, max_segment_tokens=settings.segment_tokens
-        ),
-    )
-    params = GenParams(temperature=settings.temperature, max_tokens=settings.segment_tokens)
+    env = SearchEnvironment(run.search, run.episode)
+    params = GenParams(temperature=run.settings.temperature, max_tokens=run.episode.max_segment_tokens)
     started = time.time()
+    failed = not_run = 0
+    halted = False
     bar = tqdm(total=len(questions), initial=len(questions) - len(todo), desc=name, unit="q")
     with path.open("a", encoding="utf-8") as fh:
-        for start in range(0, len(todo), settings.batch_size):
-            batch = todo[start : start + settings.batch_size]
-            prompts = [render_prompt(model, q["question"], tokenizer) for q in batch]
-            results = await run_episodes(engine, env, prompts, [q["answer"] for q in batch], params)
-            verdicts: list[Any] = [None] * len(batch)
-            preds = [parse_solution(r.episode.solution).answer for r in results]
-            if judge is not None:
-                verdicts = list(
-                    await asyncio.gather(
-                        *(
-                            judge.judge(q["question"], as_golds(q["answer"]), p or "")
-                            for q, p in zip(batch, preds, strict=True)
-                        )
-                    )
-                )
-            for q, r, pred, verdict in zip(batch, results, preds, verdicts, strict=True):
+        for start in range(0, len(todo), run.settings.batch_size):
+            batch = todo[start : start + run.settings.batch_size]
+            prompts = [render_prompt(run.model, q["question"], run.tokenizer) for q in batch]
+            results = await run_episodes(run.engine, env, prompts, [q["answer"] for q in batch], params)
+            for q, r in zip(batch, results, strict=True):
+                pred = parse_solution(r.episode.solution).answer
+                failed += r.episode.search_errors
                 record = {
                     "idx": q["idx"],
                     "question": q["question"],
@@ -159,70 +346,171 @@ async def evaluate(
                     "search_errors": r.episode.search_errors,
                     "truncated": r.truncated,
                     "metrics": all_metrics(pred or "", as_golds(q["answer"])),
-                    "judge": None if verdict is None else str(bool(verdict)),
+                    "judge": None,
+                    "judge_model": None,
                 }
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
             bar.update(len(batch))
+            if failed:
+                bar.set_postfix(failed_searches=failed)
+            if not run.allow_search_errors and outage(results):
+                # Every search of the batch failed: the backend is down, and going on would only make more of
+                # the same; what was done is kept, and the same command later goes on from here.
+                not_run, halted = len(todo) - start - len(batch), True
+                break
     bar.close()
-    summary = summarize(path, name, judge, settings, model, extra)
+    if run.judge is not None:
+        judged = await fill_verdicts(path, run.judge)
+        if judged.error:
+            print(
+                f"[eval] {name}: the judge stopped answering ({judged.error}); {judged.missing} records "
+                "without a verdict, kept as generated",
+                file=sys.stderr,
+            )
+    summary = {
+        "dataset": name,
+        **score_summary(path, run.judge.model if run.judge else None),
+        "search_errors_allowed": run.allow_search_errors,
+        "halted_on_outage": halted,
+        "not_run": not_run,
+        "model": run.model.name,
+        "model_path": run.model.model_path,
+        "template": run.model.kind,
+        "engine": run.engine_name,
+        "settings": {
+            "top_k": run.episode.top_k,
+            "max_searches": run.episode.max_searches,
+            "segment_tokens": run.episode.max_segment_tokens,
+            "max_queries_per_block": run.episode.max_queries_per_block,
+            "query_separator": run.episode.query_separator,
+            "temperature": run.settings.temperature,
+            "batch_size": run.settings.batch_size,
+            "limit": run.settings.limit,
+        },
+        **run.extra,
+    }
     summary["seconds_this_run"] = round(time.time() - started, 1)
-    (out / f"{name}.summary.json").write_text(json.dumps(summary, indent=2))
-    write_reports(out)
+    (run.out / f"{name}.summary.json").write_text(json.dumps(summary, indent=2))
+    write_reports(run.out)
     return summary
 
 
-def summarize(
-    path: Path,
-    name: str,
-    judge: LLMJudge | None,
-    settings: RunSettings,
-    model: ModelConfig,
-    extra: dict[str, Any] | None,
-) -> dict[str, Any]:
-    records = [json.loads(line) for line in path.open(encoding="utf-8")]
-    judged = judge is not None and all(r["judge"] is not None for r in records)
-    scores = score_file(str(path), pred_key="pred_ans", answer_key="answer", judge_key="judge" if judged else None)
-    n = len(records)
-    return {
-        "dataset": name,
-        **scores,
-        "mean_searches": sum(r["num_searches"] for r in records) / n,
-        "no_answer": sum(not r["has_answer"] for r in records),
-        "search_errors": sum(r["search_errors"] for r in records),
-        "judge_model": judge.model if judged and judge is not None else None,
-        "model": model.name,
-        "settings": asdict(settings),
-        **(extra or {}),
-    }
+def outage(results: Sequence[Any]) -> bool:
+    """Whether every search of a batch failed (and there was at least one)."""
+    searches = sum(r.episode.num_searches for r in results)
+    return searches > 0 and sum(r.episode.search_errors for r in results) == searches
+
+
+def search_failure_line(summaries: Sequence[dict[str, Any]]) -> str | None:
+    failed = sum(s["search_errors"] for s in summaries)
+    if not failed:
+        return None
+    where = ", ".join(
+        f"{s['dataset']} {s['questions_with_search_errors']}" for s in summaries if s["questions_with_search_errors"]
+    )
+    questions = sum(s["questions_with_search_errors"] for s in summaries)
+    line = f"{failed} searches failed, in {questions} question{'s' * (questions != 1)} ({where})"
+    if any(s.get("halted_on_outage") for s in summaries):
+        line += "; every search of a batch failed, so the run stopped there"
+    return line
+
+
+def exit_code(summaries: Sequence[dict[str, Any]], allow_search_errors: bool) -> int:
+    if search_failure_line(summaries) and not allow_search_errors:
+        return EXIT_SEARCH_ERRORS
+    if any(s.get("judge_missing") for s in summaries):
+        return EXIT_UNJUDGED
+    return 0
+
+
+def report_console(summaries: Sequence[dict[str, Any]], out: Path, allow_search_errors: bool) -> None:
+    for s in summaries:
+        line = f"{s['dataset']}: n={s['n']} EM={100 * s['em']:.1f} CEM={100 * s['cem']:.1f} F1={100 * s['f1']:.1f}"
+        if "acc_l" in s:
+            line += f" ACC_L={100 * s['acc_l']:.1f}"
+        print(line + f" searches/q={s['mean_searches']:.2f} search errors={s['search_errors']}")
+    print(f"results: {out / 'results.md'}, {out / 'results.png'}")
+    failures = search_failure_line(summaries)
+    if failures and allow_search_errors:
+        print(f"warning: {failures}; accepted with --allow-search-errors", file=sys.stderr)
+    elif failures:
+        print(
+            f"error: {failures}: these figures are not results. Fix the search backend and run the same "
+            "command again (those questions are redone), or accept them with --allow-search-errors",
+            file=sys.stderr,
+        )
+    missing = [s for s in summaries if s.get("judge_missing")]
+    if missing:
+        counts = ", ".join(f"{s['dataset']} {s['judge_missing']}" for s in missing)
+        print(
+            f"error: the judge gave no verdict for {counts} records (generations kept); run the same command "
+            f"again, or `python -m eval.judge {out}/<dataset>.jsonl --judge-url ...`",
+            file=sys.stderr,
+        )
 
 
 def run_all(
     specs: Sequence[str],
     args: argparse.Namespace,
     search: SearchBackend,
+    search_id: dict[str, Any],
     extra: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    model = load(ModelConfig, args.model)
+    probe: Callable[[], str | None] | None = None,
+) -> int:
+    """Evaluate every dataset; returns the exit code (0, 3: searches failed, 4: verdicts missing).
+
+    Inputs are checked first (model, episode, datasets, the output folder), then `probe` (one search;
+    None when it was answered, else why not), and only then is the model loaded."""
+    args.engine = resolve_engine(args)
+    model = model_from(args)
+    episode = episode_from(args)
     out = args.out or Path("runs/eval") / model.name
-    engine = make_engine(args, model)
-    judge = make_judge(args, out)
     tokenizer = load_tokenizer(model) if model.kind == "chat" else None
-    settings = settings_from(args)
+    run = Run(
+        model=model,
+        engine=None,  # type: ignore[arg-type]  # made below, once the folder is known to be usable
+        search=search,
+        episode=episode,
+        settings=settings_from(args),
+        out=out,
+        engine_name=args.engine,
+        tokenizer=tokenizer,
+        extra=extra or {},
+        allow_search_errors=args.allow_search_errors,
+        question_field=args.question_field,
+        answer_field=args.answer_field,
+    )
+    questions = {spec: load_questions(spec, run.question_field, run.answer_field)[: args.limit] for spec in specs}
+    note = check_resume(out, run_identity(run, args, search_id), args.force_new)
+    if note:
+        print(f"[eval] {note}", file=sys.stderr)
+    problem = probe() if probe is not None and not args.allow_search_errors else None
+    if problem:
+        # Found out before the model loads: otherwise every question would be generated before saying so,
+        # and a policy that happens not to search would not say so at all.
+        print(
+            f"error: searches failed: {problem}. Nothing was evaluated; start the search backend "
+            "(launch/start_servers.sh, or python -m search_backend.serve), or pass --allow-search-errors",
+            file=sys.stderr,
+        )
+        return EXIT_SEARCH_ERRORS
+    run.engine = make_engine(args, model, tokenizer)
+    run.judge = make_judge(args)
 
     async def go() -> list[dict[str, Any]]:
         try:
-            return [await evaluate(s, model, engine, search, settings, out, judge, tokenizer, extra) for s in specs]
+            summaries = []
+            for spec in specs:
+                summaries.append(await evaluate(spec, run, questions[spec]))
+                if summaries[-1]["halted_on_outage"]:
+                    break
+            return summaries
         finally:
-            for closable in (engine, judge, search):
+            for closable in (run.engine, run.judge, search):
                 if closable is not None and hasattr(closable, "aclose"):
                     await closable.aclose()
 
     summaries = asyncio.run(go())
-    for s in summaries:
-        line = f"{s['dataset']}: n={s['n']} EM={100 * s['em']:.1f} CEM={100 * s['cem']:.1f} F1={100 * s['f1']:.1f}"
-        if "acc_l" in s:
-            line += f" ACC_L={100 * s['acc_l']:.1f}"
-        print(line + f" searches/q={s['mean_searches']:.2f}")
-    print(f"results: {out / 'results.md'}, {out / 'results.png'}")
-    return summaries
+    report_console(summaries, out, args.allow_search_errors)
+    return exit_code(summaries, args.allow_search_errors)

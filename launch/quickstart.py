@@ -8,6 +8,10 @@ stage 1 through `stage1_format/agent_func.py` with
   (a) a tiny random transformer built from a config (real generation, meaningless text).
 Real mode (`--real`, or automatically on a GPU node with vLLM and Ray installed): builds the index,
 starts the servers, prepares the stage-1 data and submits stage 1 with launch/ray_submit.sh.
+
+`key=value` overrides reach both modes. The CPU demo honours `episode.*` (multi-query, process reward,
+...) and `reward.*` (the reward server's spec too); the rest (`openrlhf.*`, server URLs, the model)
+only mean something to a real job, so the demo refuses them rather than run without them.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from eval.records import read_jsonl  # noqa: E402
 from rollout.agent import Runtime, load_agent_executor  # noqa: E402
-from rollout.config import load_stage  # noqa: E402
+from rollout.config import ConfigError, load_stage, parse_overrides  # noqa: E402
 from rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
 from rollout.protocol import parse_solution  # noqa: E402
 from rollout.service import free_port, start_module, stop  # noqa: E402
@@ -93,17 +97,43 @@ async def run_episodes(stage, jobs: list[dict[str, Any]], tokenizer, max_length:
         await runtime.environment.search.aclose()
 
 
+# Override sections the CPU demo applies; everything else is for a real job only.
+CPU_SECTIONS = ("episode.", "reward.")
+
+
+def cpu_overrides(overrides: list[str]) -> list[str]:
+    """The overrides the CPU demo honours, checked against the stage config; a ConfigError names any other."""
+    parse_overrides(overrides)
+    refused = [o for o in overrides if not o.strip().startswith(CPU_SECTIONS)]
+    if refused:
+        raise ConfigError(
+            f"the CPU demo cannot honour {', '.join(refused)}: it applies episode.* and reward.* overrides "
+            "(e.g. episode.max_queries_per_block=3, episode.process_reward_weight=0.5); the others only mean "
+            "something to the real job (--real, on a GPU node)"
+        )
+    load_stage(STAGE1, overrides)
+    return list(overrides)
+
+
 def cpu_demo(args: argparse.Namespace) -> int:
     from rollout.tiny_policy import build_model, build_tokenizer
 
     out: Path = args.out
+    try:
+        options = cpu_overrides(args.overrides)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if options:
+        print(f"[quickstart] options: {' '.join(options)}")
     index = build_index(out)
     search_port, reward_port = free_port(), free_port()
     print(f"[quickstart] retrieval server on 127.0.0.1:{search_port}, reward server on 127.0.0.1:{reward_port}")
     search = start_module("search_backend.serve", ["--index", str(index)], search_port, out / "retrieval.log", 180)
     reward = start_module(
         "reward_server",
-        ["--config", str(STAGE1), "--log-jsonl", str(out / "scored.jsonl")],
+        ["--config", str(STAGE1), "--log-jsonl", str(out / "scored.jsonl")]
+        + [o for o in options if o.startswith("reward.")],
         reward_port,
         out / "reward.log",
     )
@@ -114,6 +144,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
                 f"search.urls=http://127.0.0.1:{search_port}",
                 f"reward_server.urls=http://127.0.0.1:{reward_port}",
                 f"episode.max_segment_tokens={args.segment_tokens}",
+                *options,
             ],
         )
         records = list(read_jsonl(EXAMPLES / "bamboogle_llama_sample.jsonl"))[: args.episodes]
@@ -168,6 +199,8 @@ def cpu_demo(args: argparse.Namespace) -> int:
     same = sum(r["queries"] == r["recorded_queries"] for r in replays)
     summary = {
         "mode": "cpu-demo",
+        "overrides": options,
+        "episode": stage.episode.model_dump(),
         "episodes": len(results),
         "replay": {
             "episodes": len(replays),
@@ -228,7 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--real", action="store_true", help="submit the real stage-1 job (GPU node, `train` extra)")
     mode.add_argument("--cpu", action="store_true", help="the CPU demo even where a GPU stack is installed")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="with --real: overrides for ray_submit.sh")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="stage overrides: --real passes them to ray_submit.sh; the CPU demo honours episode.* and reward.*",
+    )
     args = p.parse_intermixed_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.real or (not args.cpu and gpu_stack()):

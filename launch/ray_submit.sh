@@ -8,6 +8,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SEARCHRL_VENV:-$ROOT/.venv}"
 PY="python3"
-[ -x "$VENV/bin/python" ] && PY="$VENV/bin/python"
+# The venv's bin first, so the `ray` CLI of the `train` (or `dev`) extra is found without activating it.
+if [ -x "$VENV/bin/python" ]; then PY="$VENV/bin/python"; export PATH="$VENV/bin:$PATH"; fi
 cd "$ROOT"
 exec "$PY" -m rollout.submit "$@"

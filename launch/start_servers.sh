@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start the retrieval and reward servers in the background, with logs and pid files, and wait
-# until both answer /health.
+# until both answer /health. A port already in use is an error (the server answering there would not
+# be ours); runs/servers/<name>.json records pid and URL for ray_submit.sh's preflight.
 #   launch/start_servers.sh --index DIR [--stage stage1|stage2] [--search-port 8002] [--reward-port 8001]
 #                           [--host 127.0.0.1] [--run-dir runs/servers]
 #   launch/start_servers.sh stop [--run-dir runs/servers]
@@ -33,7 +34,7 @@ stop_one() {
   local pidfile="$RUN_DIR/$1.pid"
   if [ -f "$pidfile" ]; then
     kill "$(cat "$pidfile")" 2>/dev/null && echo "[servers] stopped $1 (pid $(cat "$pidfile"))" || true
-    rm -f "$pidfile"
+    rm -f "$pidfile" "$RUN_DIR/$1.json"
   fi
 }
 if [ "$ACTION" = stop ]; then stop_one retrieval; stop_one reward; exit 0; fi
@@ -47,11 +48,21 @@ esac
 [ -f "$INDEX/manifest.json" ] || { echo "error: --index $INDEX has no manifest.json (an unfinished build?)" >&2; exit 2; }
 
 cd "$ROOT"
+port_free() {  # port: whether nothing listens on it (a healthy answer there would be someone else's)
+  "$PY" -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); \
+s.bind(('$HOST', $1))" 2>/dev/null
+}
 start_one() {  # name port command...
   local name="$1" port="$2"; shift 2
   stop_one "$name"
+  if ! port_free "$port"; then
+    echo "error: $HOST:$port is in use by another process; stop it or choose another port (--${name/retrieval/search}-port)" >&2
+    exit 1
+  fi
   nohup "$@" --host "$HOST" --port "$port" >>"$RUN_DIR/$name.log" 2>&1 &
   echo $! >"$RUN_DIR/$name.pid"
+  printf '{"name": "%s", "pid": %s, "url": "http://%s:%s", "stage": "%s", "index": "%s"}\n' \
+    "$name" "$!" "$HOST" "$port" "$STAGE" "$INDEX" >"$RUN_DIR/$name.json"
   echo "[servers] $name: pid $!, http://$HOST:$port, log $RUN_DIR/$name.log"
 }
 start_one retrieval "$SEARCH_PORT" "$PY" -m search_backend.serve --index "$INDEX"
@@ -62,8 +73,13 @@ wait_health() {  # name port
     if ! kill -0 "$(cat "$RUN_DIR/$1.pid")" 2>/dev/null; then
       echo "error: $1 exited; last log lines:" >&2; tail -n 20 "$RUN_DIR/$1.log" >&2; exit 1
     fi
-    "$PY" -c "import httpx,sys; sys.exit(httpx.get('http://$HOST:$2/health', timeout=2).status_code != 200)" \
-      2>/dev/null && { echo "[servers] $1 healthy"; return 0; }
+    if "$PY" -c "import httpx,sys; sys.exit(httpx.get('http://$HOST:$2/health', timeout=2).status_code != 200)" \
+      2>/dev/null; then
+      # The port was free when ours started, so the answer is ours unless it has exited since.
+      kill -0 "$(cat "$RUN_DIR/$1.pid")" 2>/dev/null \
+        || { echo "error: $1 exited; last log lines:" >&2; tail -n 20 "$RUN_DIR/$1.log" >&2; exit 1; }
+      echo "[servers] $1 healthy (pid $(cat "$RUN_DIR/$1.pid"))"; return 0
+    fi
     sleep 0.5
   done
   echo "error: $1 did not answer /health within 300 s; see $RUN_DIR/$1.log" >&2; exit 1

@@ -21,6 +21,16 @@ class SampleScore:
     logs: dict[str, float]
 
 
+def correctness(spec: RewardSpec, answer: float, searched: float, formatted: float) -> float:
+    """The `scores` OpenRLHF's dynamic filter averages per prompt group: whether the sample did what
+    the stage teaches. A rescaled reward would let groups that are all well formed but wrong (zero
+    advantage) pass the filter. With an answer term: the answer metric; without (stage 1): searched
+    with well-formed blocks and no format violation."""
+    if spec.answer_weight != 0:
+        return answer
+    return searched * formatted
+
+
 def score_solution(
     solution: str, golds: Sequence[str], spec: RewardSpec, metadata: Mapping[str, Any] | None = None
 ) -> SampleScore:
@@ -39,8 +49,7 @@ def score_solution(
         + spec.format_weight * formatted
         - spec.violation_penalty * penalised
     )
-    low, high = spec.bounds()
-    score = (reward - low) / (high - low) if high > low else 0.0
+    score = correctness(spec, answer, searched, formatted)
 
     # The queries are counted from the text only when the environment did not say.
     searches = (metadata or {}).get("num_searches")
@@ -53,4 +62,4 @@ def score_solution(
         **(metrics or dict.fromkeys(("em", "f1", "cem"), 0.0)),
         **{f"violation_{name}": float(hit) for name, hit in violations.items()},
     }
-    return SampleScore(reward=reward, score=min(1.0, max(0.0, score)), logs=logs)
+    return SampleScore(reward=reward, score=score, logs=logs)

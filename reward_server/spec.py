@@ -42,7 +42,7 @@ class RewardSpec(BaseModel):
         return names
 
     def bounds(self) -> tuple[float, float]:
-        """The lowest and highest reward this spec can give; maps rewards to scores in [0, 1]."""
+        """The lowest and highest reward this spec can give."""
         answer = sorted((self.answer_bias, self.answer_weight + self.answer_bias))
         bonuses = [self.search_weight, self.format_weight]
         low = answer[0] + sum(min(0.0, w) for w in bonuses) - (self.violation_penalty if self.penalty_rules else 0.0)

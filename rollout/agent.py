@@ -1,8 +1,9 @@
 """The search agent on OpenRLHF's own agent classes (`openrlhf.utils.agent`), no fork.
 
 OpenRLHF builds `AgentExecutor()` in every vLLM engine process; the resolved stage config reaches
-those processes through the file named by $SEARCHRL_CONFIG, and the HTTP clients are made once per
-process (`Runtime.current()`), never per episode.
+those processes inline in $SEARCHRL_CONFIG_JSON (a Ray job's env_vars reach every worker), or for a
+local run in the file named by $SEARCHRL_CONFIG, and the HTTP clients are made once per process
+(`Runtime.current()`), never per episode.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from contextvars import ContextVar
 from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +20,62 @@ from typing import Any, ClassVar
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from rollout.config import CONFIG_ENV, ConfigError, StageConfig
+from rollout.config import CONFIG_ENV, CONFIG_JSON_ENV, ConfigError, StageConfig
 from rollout.cost import RollingCost
 from rollout.efficiency import GroupBonus
 from rollout.environment import Episode, SearchEnvironment
 from rollout.protocol import END_QUERY
 from rollout.reward_client import RewardClient
 from search_backend.config import open_backend
+
+
+def config_source() -> str:
+    """Where this process finds the resolved stage config: `env_vars` (inline JSON) or `file:PATH`."""
+    if os.environ.get(CONFIG_JSON_ENV):
+        return "env_vars"
+    path = os.environ.get(CONFIG_ENV)
+    return f"file:{path}" if path else "none"
+
+
+def stage_from_env() -> StageConfig:
+    inline = os.environ.get(CONFIG_JSON_ENV)
+    if inline:
+        try:
+            return StageConfig.model_validate(json.loads(inline))
+        except ValueError as e:
+            raise ConfigError(f"${CONFIG_JSON_ENV}: not a valid resolved stage config: {e}") from None
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        raise ConfigError(
+            f"neither ${CONFIG_JSON_ENV} nor ${CONFIG_ENV} is set: launch/ray_submit.sh puts the resolved stage "
+            "config in the job's env_vars; for a local run point ${CONFIG_ENV} at a resolved config file"
+        )
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"${CONFIG_ENV}={path}: no such file")
+    return StageConfig.model_validate(json.loads(file.read_text(encoding="utf-8")))
+
+
+@dataclass
+class EpisodeState:
+    """What one `execute` call knows beyond OpenRLHF's loop: the agent instance it made and whether
+    the last segment was cut by the context budget (data.max_len) rather than by the segment cap."""
+
+    instance: SearchAgentInstance | None = None
+    budget_limited: bool = False
+
+
+# Set by SearchAgentExecutor.execute for the episode running in the current asyncio task.
+_EPISODE: ContextVar[EpisodeState | None] = ContextVar("searchrl_episode", default=None)
+
+
+def action_text(token_ids: list[int], tokenizer: Any) -> str:
+    """The text of the action tokens the policy's context holds. vLLM cuts its `text` at the stop
+    string, but keeps the whole token that completed it (e.g. `|>` merged with newlines)."""
+    ids = list(token_ids)
+    if ids and tokenizer.eos_token_id is not None and ids[-1] == tokenizer.eos_token_id:
+        ids = ids[:-1]
+    return tokenizer.decode(ids, skip_special_tokens=False)
 
 
 @dataclass
@@ -57,15 +108,7 @@ class Runtime:
 
     @classmethod
     def from_env(cls) -> Runtime:
-        path = os.environ.get(CONFIG_ENV)
-        if not path:
-            raise ConfigError(
-                f"${CONFIG_ENV} is not set: it must name the resolved stage config (launch/ray_submit.sh sets it)"
-            )
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(f"${CONFIG_ENV}={path}: no such file")
-        return cls.from_stage(StageConfig.model_validate(json.loads(file.read_text(encoding="utf-8"))))
+        return cls.from_stage(stage_from_env())
 
     @classmethod
     def current(cls) -> Runtime:
@@ -84,19 +127,32 @@ class SegmentEngine:
     output) and stays within the per-segment token cap; OpenRLHF's multi-turn loop would otherwise
     give each segment the whole remaining budget."""
 
-    def __init__(self, engine: Any, max_segment_tokens: int) -> None:
+    def __init__(
+        self, engine: Any, max_segment_tokens: int, tokenizer: Any = None, state: EpisodeState | None = None
+    ) -> None:
         self.engine = engine
         self.max_segment_tokens = max_segment_tokens
+        self.tokenizer = tokenizer
+        self.state = state
 
     async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
         params = deepcopy(sampling_params)
+        budget = params.max_tokens  # OpenRLHF sets what is left of data.max_len
         params.stop = [END_QUERY]
         params.include_stop_str_in_output = True
-        params.max_tokens = min(params.max_tokens or self.max_segment_tokens, self.max_segment_tokens)
+        params.max_tokens = min(budget or self.max_segment_tokens, self.max_segment_tokens)
         # vLLM derives internal fields (stop-string buffering) from `stop` at construction; redo that.
         if hasattr(params, "__post_init__"):
             params.__post_init__()
-        return await self.engine.generate(prompt_token_ids, params, multi_modal_data=multi_modal_data)
+        out = await self.engine.generate(prompt_token_ids, params, multi_modal_data=multi_modal_data)
+        completion = out.outputs[0]
+        if self.tokenizer is not None:
+            completion.text = action_text(completion.token_ids, self.tokenizer)
+        if self.state is not None:
+            self.state.budget_limited = (
+                completion.finish_reason == "length" and budget is not None and budget <= self.max_segment_tokens
+            )
+        return out
 
 
 def _tensor_logs(logs: dict[str, float]) -> dict[str, torch.Tensor]:
@@ -109,6 +165,10 @@ class SearchAgentInstance(AgentInstanceBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.runtime = Runtime.current()
         self.episode: Episode | None = None
+        self.finished = False
+        self.state = _EPISODE.get()
+        if self.state is not None:
+            self.state.instance = self
 
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         self.episode = Episode(prompt=states["observation"], label=states["label"])
@@ -127,7 +187,15 @@ class SearchAgentInstance(AgentInstanceBase):
                 "done": False,
                 "extra_logs": {},
             }
-        result = await env.finish(self.episode, self.runtime.rewards)
+        return await self.finish(budget_cut=self.state is not None and self.state.budget_limited)
+
+    async def finish(self, budget_cut: bool) -> dict:
+        """Score the episode as it stands: at its final step, or after OpenRLHF's loop ran out of
+        context budget before one. Every episode returns the same extra_logs keys, which OpenRLHF's
+        split_experience_batch requires of a batch."""
+        assert self.episode is not None, "reset() must run before finish()"
+        self.finished = True
+        result = await self.runtime.environment.finish(self.episode, self.runtime.rewards, budget_cut=budget_cut)
         reward, logs = result.reward, result.extra_logs
         if self.runtime.efficiency is not None:
             correct = logs.get(self.runtime.stage.reward.answer_metric, 0.0) >= 1.0
@@ -157,8 +225,22 @@ class SearchAgentExecutor(MultiTurnAgentExecutor):
         runtime = Runtime.current()
         if self.stage is not None and runtime.stage.stage != self.stage:
             raise ConfigError(f"{self.stage}/agent_func.py was given a config for {runtime.stage.stage}")
-        engine = SegmentEngine(llm_engine, runtime.stage.episode.max_segment_tokens)
-        return await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, engine, images)
+        state = EpisodeState()
+        token = _EPISODE.set(state)
+        try:
+            engine = SegmentEngine(llm_engine, runtime.stage.episode.max_segment_tokens, hf_tokenizer, state)
+            result = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, engine, images)
+        finally:
+            _EPISODE.reset(token)
+        instance = state.instance
+        if instance is not None and not instance.finished:
+            # OpenRLHF left its loop at data.max_len without a final step: without this the episode
+            # would carry no outcome reward (a reward hole) and no extra_logs (a crash downstream).
+            final = await instance.finish(budget_cut=True)
+            result["reward"] += final["rewards"].item()
+            result["scores"] = final["scores"]
+            result["extra_logs"] = final["extra_logs"]
+        return result
 
 
 def load_agent_executor(path: str | Path) -> MultiTurnAgentExecutor:

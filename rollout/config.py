@@ -18,7 +18,9 @@ from reward_server.spec import RewardSpec
 from search_backend.config import SearchConfig
 
 M = TypeVar("M", bound=BaseModel)
-# Names the resolved stage config file for the agent in every vLLM engine process.
+# The resolved stage config for the agent in every vLLM engine process: inline JSON (what a Ray
+# submit sets, since env_vars reach every worker) or, for local runs, the path of a JSON file.
+CONFIG_JSON_ENV = "SEARCHRL_CONFIG_JSON"
 CONFIG_ENV = "SEARCHRL_CONFIG"
 FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | None
 

@@ -24,7 +24,10 @@ class SamplingParams:
 
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = -1
     max_tokens: int | None = None
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
     stop: list[str] | None = None
     include_stop_str_in_output: bool = False
     logprobs: int | None = None

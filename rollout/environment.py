@@ -15,7 +15,7 @@ from eval.metrics import as_golds, normalize_answer
 from rollout.config import EpisodeConfig
 from rollout.protocol import format_documents, last_query, split_queries
 from rollout.reward_client import RewardClient, RewardResult
-from search_backend.base import Passage, SearchBackend, SearchError, r1_text
+from search_backend.base import Passage, SearchAuthError, SearchBackend, SearchError, r1_text
 
 SEARCH_FAILED = "The search failed ({reason}); no documents are available for this query."
 NOTHING_FOUND = "No documents were found for this query."
@@ -95,7 +95,12 @@ class SearchEnvironment:
                 texts = [self._block_texts(qs, g) for qs, g in zip(split, grouped, strict=True)]
                 costs = [sum(p.cost for hits in g for p in hits) for g in grouped]
                 failed = False
+            except SearchAuthError:
+                # Credentials are wrong for every search of the run: stop now, not after a run of failures.
+                raise
             except SearchError as e:
+                if e.ends_run:
+                    raise
                 # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
                 texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
                 costs = [0.0] * len(searching)
@@ -104,11 +109,12 @@ class SearchEnvironment:
             weight = self.config.process_reward_weight
             for i, docs, qs, cost in zip(searching, texts, split, costs, strict=True):
                 ep = episodes[i]
+                action = actions[i]
                 ep.num_queries += len(qs)
                 ep.cost += cost
                 ep.search_errors += failed
                 ep.search_seconds += elapsed
-                feedback = format_documents(docs)
+                feedback = format_documents(docs, after=action)
                 ep.solution += feedback
                 hit = (
                     weight > 0 and not failed and ep.label is not None and documents_contain(docs, as_golds(ep.label))
@@ -127,8 +133,9 @@ class SearchEnvironment:
             NOTHING_FOUND
         ]
 
-    async def finish(self, ep: Episode, rewards: RewardClient) -> RewardResult:
-        """Score the finished episode; the environment's own figures join the reward's components."""
+    async def finish(self, ep: Episode, rewards: RewardClient, budget_cut: bool = False) -> RewardResult:
+        """Score the episode, finished or cut by the context budget; the environment's own figures join
+        the reward's components, under the same keys either way."""
         result = await rewards.score(ep.prompt + ep.solution, ep.prompt, ep.label, ep.metadata())
         logs = dict(result.extra_logs)
         logs.update(
@@ -138,6 +145,7 @@ class SearchEnvironment:
             search_errors=float(ep.search_errors),
             search_latency_ms=1000.0 * ep.search_seconds / ep.num_searches if ep.num_searches else 0.0,
             search_capped=float(ep.capped),
+            budget_cut=float(budget_cut),
         )
         if self.config.process_reward_weight > 0:
             logs.update(gold_hits=float(ep.gold_hits), process_reward=self.config.process_reward_weight * ep.gold_hits)

@@ -104,3 +104,29 @@ def render_flags(values: Mapping[str, Any], path: str | None = None) -> list[str
 def check_args(args: Sequence[str], path: str | None = None) -> argparse.Namespace:
     """Parse a rendered command line with OpenRLHF's parser; ValueError names what it rejects."""
     return build_parser(path).parse_args(list(args))
+
+
+def _validation_statements(tree: ast.Module) -> list[ast.stmt]:
+    """The `__main__` block after `parse_args()`: OpenRLHF's nesting of the flags and its checks,
+    without the final `train(args)` and the optional ModelScope patch (which imports more)."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            after = [i for i, stmt in enumerate(node.body) if "parse_args" in ast.unparse(stmt)]
+            body = node.body[after[0] + 1 :] if after else []
+            return [s for s in body if "train(args)" not in ast.unparse(s) and "use_ms" not in ast.unparse(s)]
+    raise RuntimeError("train_ppo_ray: no __main__ block found (OpenRLHF changed its layout)")
+
+
+def validated_args(args: Sequence[str], path: str | None = None) -> Any:
+    """The rendered flags parsed, nested (`args.rollout.batch_size`) and checked by OpenRLHF's own
+    code after its parser: the assertions train_ppo_ray makes before it starts Ray. ValueError names
+    the failed check."""
+    parsed = check_args(args, path)
+    source = Path(path) if path else _source_path()
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    namespace: dict[str, Any] = {"args": parsed}
+    try:
+        exec(compile(ast.Module(body=_validation_statements(tree), type_ignores=[]), str(source), "exec"), namespace)  # noqa: S102
+    except AssertionError as e:
+        raise ValueError(f"OpenRLHF {VERSION} refuses these flags: {e}") from None
+    return namespace["args"]

@@ -21,7 +21,8 @@ from tqdm import tqdm
 from eval.metrics import as_golds, best_over_golds, normalize_answer
 from eval.records import RecordError, read_jsonl
 from rollout.config import ConfigError, ModelConfig, load
-from rollout.templates import load_tokenizer, render_prompt
+from rollout.hub import HubError, load_dataset_rows
+from rollout.templates import load_tokenizer, render_prompt, template_fingerprint
 
 EVAL_DIR = Path(__file__).resolve().parent.parent / "eval" / "data"
 EVAL_SETS = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}
@@ -33,9 +34,7 @@ def read_questions(source: str, split: str, question_key: str, answer_key: str) 
     if Path(source).is_file():
         rows: Iterable[dict[str, Any]] = read_jsonl(source)
     else:
-        from datasets import load_dataset
-
-        rows = load_dataset(source, split=split)
+        rows = load_dataset_rows(source, None, split)[1]
     for i, row in enumerate(rows, start=1):
         if question_key not in row or answer_key not in row:
             raise RecordError(
@@ -147,6 +146,8 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         "stage": stage,
         "input": args.input,
         "model": model.name,
+        "model_config": str(args.model),
+        "template_sha256": template_fingerprint(model),
         "written": len(rows),
         "duplicates": duplicates,
         "duplicates_dropped": not args.keep_duplicates,
@@ -192,7 +193,7 @@ def main(stage: str, argv: list[str] | None = None) -> int:
     args = build_parser(stage).parse_args(argv)
     try:
         report = prepare(args, stage)
-    except (ConfigError, RecordError, TypeError) as e:
+    except (ConfigError, RecordError, HubError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=2))

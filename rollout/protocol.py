@@ -191,10 +191,16 @@ def last_query(action_text: str) -> str | None:
     return query or None
 
 
-def format_documents(passages: Sequence[str]) -> str:
-    """The environment feedback appended after a query: numbered passages inside the documents tags."""
+def format_documents(passages: Sequence[str], after: str = "") -> str:
+    """The environment feedback appended after a query: numbered passages inside the documents tags.
+
+    `after` is the action the block follows: the newlines it already ends with (a token that merged
+    `|>` with newlines) are not repeated, so the policy's context and the scored text stay equal.
+    """
     body = "".join(f"({i}){p}\n" for i, p in enumerate(passages, start=1))
-    return f"\n\n{BEGIN_DOCS}\n{body}{END_DOCS}\n\n"
+    block = f"\n\n{BEGIN_DOCS}\n{body}{END_DOCS}\n\n"
+    generated = len(after) - len(after.rstrip("\n"))
+    return block[min(generated, 2) :]
 
 
 def split_solution(query: str, prompt: str) -> str:

@@ -1,8 +1,10 @@
 """Submit a training stage to Ray: `launch/ray_submit.sh stage1|stage2 [--model X] [--dry-run] [key=value ...]`.
 
 Resolves the stage and model configs, renders OpenRLHF's `train_ppo_ray` flags (every one checked
-by OpenRLHF's own parser), writes the resolved config that the agent reads in each engine process,
-checks the servers answer `/health`, and runs `ray job submit`.
+by OpenRLHF's own parser), runs the preflight checks (rollout/preflight.py) and `ray job submit`.
+The resolved config travels inline in the job's env_vars, the upload holds code and configs only,
+and the tokens the workers need are forwarded, masked wherever they are shown. `--preflight` runs
+the checks alone; `--rehearse` runs the job as Ray runs it, on CPU (rollout/rehearse.py).
 """
 
 from __future__ import annotations
@@ -10,24 +12,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from rollout.config import CONFIG_ENV, ConfigError, StageConfig, load, load_stage
-from rollout.openrlhf_flags import check_args, render_flags
+from rollout import preflight
+from rollout.config import CONFIG_JSON_ENV, ConfigError, StageConfig, load, load_stage
+from rollout.openrlhf_flags import render_flags, validated_args
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
 # Flags whose values are paths on the submitting machine: made absolute so every Ray worker, whose
 # working directory is the uploaded copy of the code, reads the same files (shared storage on a cluster).
 PATH_FLAGS = ("data.prompt_dataset", "ckpt.output_dir", "ckpt.path", "logger.tensorboard_dir", "eval.dataset")
-EXCLUDES = [".venv", "runs", ".git", "**/__pycache__", "benchmarks/results", "tests/fixtures"]
+# What the job imports (the agent file and the packages behind it) and the configs; everything else in
+# the repository root (indexes, corpora, checkpoints, runs/) stays home.
+UPLOAD = (
+    "rollout",
+    "search_backend",
+    "reward_server",
+    "eval",
+    "stage1_format",
+    "stage2_answer",
+    "configs",
+    "pyproject.toml",
+)
+ALWAYS_EXCLUDED = ["__pycache__", "*.pyc", "/configs/resolved"]
+# Set on the submitting shell, needed on the workers (which inherit `ray start`'s environment, not ours).
+ALWAYS_FORWARDED = ("WANDB_API_KEY", "HF_TOKEN")
+# Flags whose values are secrets: the value travels in an env var and the command names the variable.
+SECRET_FLAGS = {"logger.wandb.key": "WANDB_API_KEY"}
+MASK = "***"
+RAY_MISSING = (
+    "`ray` is not installed here: pip install -e '.[train]' on the submitting machine (Ray 2.55 and OpenRLHF)"
+)
 
 
 def _absolute(value: Any) -> Any:
@@ -58,6 +81,7 @@ def starting_policy(stage: StageConfig, stage_file: Path, model_path: str) -> tu
 
 
 def resolve(stage_name: str, model: str | None, overrides: list[str]) -> dict[str, Any]:
+    """The stage, its model, the starting policy and the rendered OpenRLHF flags."""
     stage_file = ROOT / "configs/stages" / f"{STAGES[stage_name]}.yaml"
     overrides = ([f"model={model}"] if model else []) + overrides
     stage, model_cfg = load_stage(stage_file, overrides)
@@ -65,46 +89,99 @@ def resolve(stage_name: str, model: str | None, overrides: list[str]) -> dict[st
     flags = {name: _absolute(v) if name in PATH_FLAGS else v for name, v in stage.openrlhf.items()}
     flags["actor.model_name_or_path"] = policy
     flags["train.agent_func_path"] = f"{stage.stage}/agent_func.py"
+    secrets = {env: str(flags[name]) for name, env in SECRET_FLAGS.items() if flags.get(name)}
+    hidden = {name: f"${env}" for name, env in SECRET_FLAGS.items() if flags.get(name)}
+    # The job's shell expands `$WANDB_API_KEY` from env_vars: the key never appears in a command line
+    # nor in the config that travels inline.
+    flags.update(hidden)
+    stage = stage.model_copy(update={"openrlhf": {**stage.openrlhf, **hidden}})
     args = render_flags(flags)
-    check_args(args)
-    resolved = ROOT / "configs/resolved" / f"{stage.stage}.json"
+    validated_args(args)  # OpenRLHF's parser, then the checks train_ppo_ray makes before it starts Ray
     return {
         "stage": stage,
+        "stage_name": stage_name,
         "previous": previous_stage(stage, stage_file),
         "model": model_cfg,
         "policy": policy,
         "policy_source": policy_source,
+        "flags": flags,
         "train_args": args,
-        "resolved_path": resolved,
+        "flag_secrets": secrets,
+        "resolved_path": ROOT / "configs/resolved" / f"{stage.stage}.json",
     }
 
 
-def ray_command(plan: dict[str, Any], address: str | None) -> list[str]:
-    runtime_env = {
-        "working_dir": str(ROOT),
-        "excludes": EXCLUDES,
-        "env_vars": {CONFIG_ENV: str(plan["resolved_path"].relative_to(ROOT))},
-    }
+def secret_names(stage: StageConfig) -> list[str]:
+    """Environment variables holding what the workers need to authenticate: the servers' tokens,
+    the search provider's and summariser's keys, the router's endpoint keys, W&B and HF tokens."""
+    from search_backend.web import PROVIDERS, WebSearchConfig
+
+    names = [stage.reward_server.token_env]
+    search = stage.search
+    if search.backend == "http":
+        names.append(search.token_env)
+    elif search.backend == "web":
+        web = search.web or WebSearchConfig()
+        names.append(web.api_key_env or PROVIDERS[web.provider].key_env or "")
+        if web.summarize:
+            names.append(web.summarizer_api_key_env)
+    elif search.backend == "router" and search.router is not None:
+        names += [m.api_key_env for m in search.router.models if m.api_key_env]
+    names += ALWAYS_FORWARDED
+    return [n for n in dict.fromkeys(names) if n]
+
+
+def excludes(root: Path = ROOT) -> list[str]:
+    """Ray `excludes` (gitignore patterns) naming every top-level entry outside UPLOAD. Listed by name
+    because a catch-all `/*` would also match the working_dir itself in Ray's walk."""
+    names = sorted(p.name for p in root.iterdir() if p.name not in UPLOAD)
+    return ["/" + re.sub(r"([*?\[\]!#\\])", r"\\\1", n) for n in names] + ALWAYS_EXCLUDED
+
+
+def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
+    """The job's runtime_env: the code and configs, the resolved config inline (a file would have to
+    be uploaded or on shared storage; env_vars reach every worker), and the secrets that are set."""
+    stage: StageConfig = plan["stage"]
+    env_vars = {CONFIG_JSON_ENV: stage.model_dump_json()}
+    env_vars.update({n: os.environ[n] for n in secret_names(stage) if os.environ.get(n)})
+    env_vars.update(plan["flag_secrets"])
+    return {"working_dir": str(ROOT), "excludes": excludes(), "env_vars": env_vars}
+
+
+def ray_command(plan: dict[str, Any], address: str | None, env: dict[str, Any] | None = None) -> list[str]:
+    env = env if env is not None else runtime_env(plan)
     cmd = ["ray", "job", "submit"]
     if address:
         cmd += ["--address", address]
-    cmd += ["--runtime-env-json", json.dumps(runtime_env), "--", "python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    cmd += ["--runtime-env-json", json.dumps(env), "--", "python3", "-m", "openrlhf.cli.train_ppo_ray"]
     return cmd + plan["train_args"]
 
 
-def check_health(stage: StageConfig, timeout_s: float = 5.0) -> list[str]:
-    problems = []
-    urls = [("reward server", u) for u in stage.reward_server.urls]
-    if stage.search.backend == "http":
-        urls += [("retrieval server", u) for u in stage.search.urls]
-    for what, url in urls:
-        try:
-            r = httpx.get(f"{url.rstrip('/')}/health", timeout=timeout_s)
-            if r.status_code != 200:
-                problems.append(f"{what} {url}/health answered {r.status_code}")
-        except httpx.HTTPError as e:
-            problems.append(f"{what} {url}/health: {type(e).__name__} (start it with launch/start_servers.sh)")
-    return problems
+def masked(env: dict[str, Any]) -> dict[str, Any]:
+    """The runtime_env as it may be shown or written down: every secret's value replaced."""
+    hidden = {k: (v if k == CONFIG_JSON_ENV else MASK) for k, v in env.get("env_vars", {}).items()}
+    return {**env, "env_vars": hidden}
+
+
+def preflight_checks(plan: dict[str, Any], env: dict[str, Any], run_dir: Path | None = None) -> list[preflight.Check]:
+    stage: StageConfig = plan["stage"]
+    checks = [
+        preflight.Check(
+            "flags parse", True, f"{len(plan['train_args'])} arguments, OpenRLHF 0.11.2's own parser and checks"
+        ),
+        preflight.check_ray_cli(),
+        preflight.check_config(env, stage),
+    ]
+    package, _ = preflight.check_package(env, plan["flags"]["train.agent_func_path"])
+    checks += package
+    checks += preflight.check_servers(stage, run_dir or ROOT / "runs/servers")
+    checks += preflight.check_data(stage, plan["flags"], plan["model"], plan["stage_name"])
+    checks += preflight.check_checkpoint(plan["policy"], plan["policy_source"])
+    forwarded = sorted(k for k in env["env_vars"] if k != CONFIG_JSON_ENV)
+    checks.append(
+        preflight.Check("secrets forwarded", True, ", ".join(forwarded) + " (masked)" if forwarded else "none set")
+    )
+    return checks
 
 
 def readiness(previous: StageConfig, min_format: float, min_search: float, window: int) -> dict[str, Any]:
@@ -134,12 +211,23 @@ def readiness(previous: StageConfig, min_format: float, min_search: float, windo
     }
 
 
-def wait_until_ready(previous: StageConfig, args: argparse.Namespace) -> dict[str, Any]:
+def wait_until_ready(previous: StageConfig, checkpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Wait until the previous stage's logged rates cross the thresholds and its final checkpoint
+    exists: OpenRLHF writes `ckpt.output_dir` only when its run ends, so good curves alone are not enough."""
     deadline = time.monotonic() + args.wait_s
     while True:
         status = readiness(previous, args.min_format_rate, args.min_search_rate, args.window)
+        status["checkpoint"] = checkpoint
+        status["checkpoint_written"] = (Path(checkpoint) / "config.json").is_file()
         shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in status.items() if k != "thresholds"}
         print(f"# {previous.stage} progress: {shown}", flush=True)
+        if status["ready"] and not status["checkpoint_written"]:
+            print(
+                f"# {previous.stage} has crossed the thresholds; waiting for its final checkpoint in {checkpoint} "
+                "(OpenRLHF writes it when the run ends: stop it early with train.num_episodes or let it finish)",
+                flush=True,
+            )
+        status["ready"] = status["ready"] and status["checkpoint_written"]
         if status["ready"] or args.dry_run or time.monotonic() + args.poll_s > deadline:
             return status
         time.sleep(args.poll_s)
@@ -149,7 +237,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launch/ray_submit.sh", description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("stage", choices=sorted(STAGES), help="stage1: format reward; stage2: format + answer reward")
     p.add_argument("--model", default=None, help="a configs/models/*.yaml file (default: the stage config's)")
-    p.add_argument("--dry-run", action="store_true", help="print the exact command and exit; contacts nothing")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the exact command and exit; contacts nothing")
+    mode.add_argument(
+        "--preflight", action="store_true", help="run every check of a submission, print a checklist, submit nothing"
+    )
+    mode.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run the job as Ray runs it on CPU: local Ray head, servers on the bundled mini index, "
+        "`ray job submit` with the real runtime_env, OpenRLHF's rollout and experience code",
+    )
+    p.add_argument("--episodes", type=int, default=8, help="--rehearse: prompts to run (default 8)")
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray dashboard address ($RAY_ADDRESS)")
     ready = p.add_argument_group("stage switch (stage2)")
     ready.add_argument(
@@ -170,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
+    if args.rehearse:
+        from rollout.rehearse import rehearse
+
+        return rehearse(args.stage, args.model, args.overrides, args.episodes)
     try:
         plan = resolve(args.stage, args.model, args.overrides)
     except (ConfigError, ValueError) as e:
@@ -181,32 +284,48 @@ def main(argv: list[str] | None = None) -> int:
         if plan["previous"] is None:
             print(f"error: --when-ready needs init_from in the {stage.stage} config", file=sys.stderr)
             return 2
-        switch = wait_until_ready(plan["previous"][0], args)
+        switch = wait_until_ready(plan["previous"][0], plan["policy"], args)
         if not switch["ready"]:
-            print(f"not ready: {plan['previous'][0].stage} has not crossed the thresholds", file=sys.stderr)
+            print(
+                f"not ready: {plan['previous'][0].stage}: thresholds not crossed or final checkpoint not written",
+                file=sys.stderr,
+            )
             return 4
-    cmd = ray_command(plan, args.address)
+    env = runtime_env(plan)
+    cmd = ray_command(plan, args.address, env)
+    shown = ray_command(plan, args.address, masked(env))
     resolved: Path = plan["resolved_path"]
-    resolved.parent.mkdir(parents=True, exist_ok=True)
-    resolved.write_text(stage.model_dump_json(indent=2))
     record = {
         "stage": stage.stage,
         "model": plan["model"].name,
         "policy": plan["policy"],
         "policy_source": plan["policy_source"],
         "switch": switch,
-        "command": cmd,
+        "command": shown,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    resolved.with_suffix(".launch.json").write_text(json.dumps(record, indent=2))
-    print(f"# {stage.stage}: policy {plan['policy']} ({plan['policy_source']}); config {resolved.relative_to(ROOT)}")
-    print(shlex.join(cmd))
+    print(f"# {stage.stage}: policy {plan['policy']} ({plan['policy_source']}); config inline in ${CONFIG_JSON_ENV}")
+    print(shlex.join(shown))
+    resolved.parent.mkdir(parents=True, exist_ok=True)
     if args.dry_run:
+        # What would be launched, beside (never over) the record of what was launched.
+        resolved.with_suffix(".dry-run.json").write_text(
+            json.dumps({**record, "config": stage.model_dump()}, indent=2)
+        )
         return 0
-    problems = check_health(stage)
-    if problems:
-        print("error: servers not ready:\n  " + "\n  ".join(problems), file=sys.stderr)
+    checks = preflight_checks(plan, env)
+    print(f"# preflight for {stage.stage}:")
+    ok = preflight.report(checks)
+    if args.preflight:
+        return 0 if ok else 1
+    if not ok:
+        print("error: preflight failed; nothing was submitted (fix the items marked FAIL above)", file=sys.stderr)
         return 1
+    if shutil.which("ray") is None:
+        print(f"error: {RAY_MISSING}", file=sys.stderr)
+        return 3
+    resolved.write_text(stage.model_dump_json(indent=2))
+    resolved.with_suffix(".launch.json").write_text(json.dumps(record, indent=2))
     return subprocess.run(cmd, cwd=ROOT).returncode
 
 

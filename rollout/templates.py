@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Protocol
 
 from rollout.config import ModelConfig
@@ -37,7 +39,14 @@ def render_prompt(model: ModelConfig, question: str, tokenizer: ChatTokenizer | 
 
 
 def load_tokenizer(model: ModelConfig) -> Any:
-    """The model's Hugging Face tokenizer (a hub name or a local path)."""
-    from transformers import AutoTokenizer
+    """The model's Hugging Face tokenizer (a hub name or a local path); offline, an error naming what to fetch."""
+    from rollout.hub import load_tokenizer as load
 
-    return AutoTokenizer.from_pretrained(model.tokenizer, trust_remote_code=False)
+    return load(model.tokenizer)
+
+
+def template_fingerprint(model: ModelConfig) -> str:
+    """A hash of what shapes the prompt text; a data preparation report records it, and the
+    preflight compares it with the job's model config."""
+    parts = [model.kind, model.template, model.system, model.user, model.assistant_prefix, model.tokenizer]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]

@@ -8,6 +8,7 @@ observation back from token ids.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from rollout.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE
@@ -15,12 +16,31 @@ from rollout.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY,
 PROTOCOL_TOKENS = [BEGIN_QUERY, END_QUERY, BEGIN_DOCS, END_DOCS, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
 
 
-def build_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# Qwen2's pre-tokenizer split: a run of punctuation keeps the newlines after it, so BPE learns tokens
+# like `|>\n\n` that complete `<|end_of_query|>` and run past it, as the real policy's tokenizer does.
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def build_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2000, protocol_tokens: bool = True, qwen_split: bool = False
+) -> Any:
+    """`protocol_tokens=False, qwen_split=True` gives a tokenizer shaped like Qwen2.5's, where the
+    protocol tags are plain text (R1-Searcher adds no tokens) and `>` merges with newlines."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if qwen_split:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -30,8 +50,9 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2000) -> Any:
     )
     tok.train_from_iterator(list(texts), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>")
-    # Protocol tags as single tokens, like the added tokens of a real search-tuned model.
-    fast.add_tokens(PROTOCOL_TOKENS)
+    if protocol_tokens:
+        # Protocol tags as single tokens, like the added tokens of a real search-tuned model.
+        fast.add_tokens(PROTOCOL_TOKENS)
     return fast
 
 
@@ -51,3 +72,37 @@ def build_model(vocab_size: int, seed: int = 0) -> Any:
         tie_word_embeddings=True,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def save_checkpoint(out: Path, texts: Iterable[str], seed: int = 0) -> Path:
+    """A tiny checkpoint folder as a training stage writes one (save_pretrained: weights and tokenizer)."""
+    tokenizer = build_tokenizer(texts)
+    build_model(len(tokenizer), seed).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    p = argparse.ArgumentParser(
+        prog="python -m rollout.tiny_policy",
+        description="Write a tiny random checkpoint folder (save_pretrained) for CPU runs of the evaluation: "
+        "`eval/run_local.py --model FOLDER --template base --engine hf`. Its answers are noise.",
+    )
+    p.add_argument("--out", type=Path, default=Path("runs/tiny-checkpoint"), help="checkpoint folder to write")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    texts = [
+        json.loads(line).get(key, "")
+        for name, key in (("bamboogle_llama_sample.jsonl", "gen_text_store"), ("mini_corpus.jsonl", "text"))
+        for line in (root / "examples" / name).open(encoding="utf-8")
+    ]
+    print(save_checkpoint(args.out, texts, args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

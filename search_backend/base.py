@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,14 @@ class Passage:
 
 class SearchError(RuntimeError):
     """A search could not be answered (server unreachable after every retry, or it refused the request)."""
+
+    # An outage lets an episode go on with a "search failed" documents block; a failure that says the run
+    # itself is wrong (a replay that was never recorded) must stop it instead.
+    ends_run: ClassVar[bool] = False
+
+
+class SearchAuthError(SearchError):
+    """The search service refused the credentials (HTTP 401/403): every later search would fail too."""
 
 
 @runtime_checkable

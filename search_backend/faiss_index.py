@@ -9,8 +9,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import faiss
 import numpy as np
+
+from search_backend.faiss_import import faiss
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import httpx
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from search_backend.base import Passage, SearchError
+from search_backend.base import Passage, SearchAuthError, SearchError
 
 if TYPE_CHECKING:
     from search_backend.config import SearchConfig
@@ -48,6 +48,9 @@ class HttpSearchBackend:
             raise _Retryable(f"{url}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 or response.status_code == 429:
             raise _Retryable(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+        if response.status_code in (401, 403):
+            raise SearchAuthError(f"{url} refused the credentials: HTTP {response.status_code}; set the retrieval "
+                                  "server's token in search.token_env's variable (default $SEARCHRL_SEARCH_TOKEN)")
         if response.status_code >= 400:
             raise SearchError(f"{url} refused the request: HTTP {response.status_code}: {response.text[:500]}")
         try:

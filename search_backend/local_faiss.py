@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import faiss
 import numpy as np
 
 from search_backend.base import Passage
 from search_backend.build_index import INDEX_FILE, MANIFEST, STORE_DIR
+from search_backend.faiss_import import faiss
 from search_backend.faiss_index import gpu_count, set_search_params
 from search_backend.profiles import PROFILES
 from search_backend.store import PassageStore, StoreError

@@ -195,8 +195,9 @@ async def json_answer(content: dict[str, Any], results: int) -> Response:
 
 def set_cpu_threads(threads: int) -> None:
     """Cap torch's and FAISS's CPU thread pools, leaving a core for the event loop on small machines."""
-    import faiss
     import torch
+
+    from search_backend.faiss_import import faiss
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)

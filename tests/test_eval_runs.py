@@ -186,6 +186,8 @@ def test_online_bamboogle_with_provider_judge_and_replay(tmp_path, monkeypatch):
             f"{judge_url}/v1",
             "--judge-model",
             "fake-judge",
+            "--judge-cache",
+            str(tmp_path / "judge.sqlite"),
             "--rate-limit",
             "100",
         ]

@@ -35,9 +35,8 @@ def test_dry_run_renders_a_command_openrlhf_parses(stage, model):
     assert ns["algo.advantage.estimator"] == "reinforce_baseline"
     assert ns["rollout.n_samples_per_prompt"] == 16 and ns["rollout.batch_size"] == 32
     env = json.loads(cmd[cmd.index("--runtime-env-json") + 1])
-    resolved = ROOT / env["env_vars"]["SEARCHRL_CONFIG"]
-    assert json.loads(resolved.read_text())["stage"] == name
-    launch = json.loads(resolved.with_suffix(".launch.json").read_text())
+    assert json.loads(env["env_vars"]["SEARCHRL_CONFIG_JSON"])["stage"] == name
+    launch = json.loads((ROOT / f"configs/resolved/{name}.dry-run.json").read_text())
     if stage == "stage2":
         assert ns["actor.model_name_or_path"].endswith("runs/stage1_format/final")
         assert "final checkpoint of stage1_format" in launch["policy_source"]
@@ -68,9 +67,9 @@ def test_bad_flags_are_named(override, message):
 
 def test_submit_without_servers_refuses():
     out = submit("stage1", "search.urls=http://127.0.0.1:9", "reward_server.urls=http://127.0.0.1:9")
-    assert (
-        out.returncode == 1 and "servers not ready" in out.stderr and "reward server http://127.0.0.1:9" in out.stderr
-    )
+    assert out.returncode == 1 and "preflight failed; nothing was submitted" in out.stderr
+    assert "[FAIL] reward server healthy: http://127.0.0.1:9/health" in out.stdout
+    assert "fix: start it: bash launch/start_servers.sh" in out.stdout
 
 
 def test_start_servers_checks_its_arguments(tmp_path):
@@ -147,6 +146,9 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
             "1",
             "--max-length",
             "4096",
+            # Options reach the CPU demo too (they were once ignored there).
+            "episode.max_queries_per_block=2",
+            "episode.process_reward_weight=0.5",
         ],
         capture_output=True,
         text=True,
@@ -157,10 +159,15 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
     assert "mode: CPU demo" in res.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["replay"]["episodes"] == 4 and summary["replay"]["queries_as_recorded"] == 4
-    assert summary["replay"]["search_errors"] == 0 and summary["replay"]["mean_reward"] == 1.0
+    assert summary["replay"]["search_errors"] == 0
+    assert summary["episode"]["max_queries_per_block"] == 2 and summary["episode"]["process_reward_weight"] == 0.5
     episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").open()]
     assert [e["mode"] for e in episodes].count("tiny-transformer") == 1
-    assert all("<|begin_of_documents|>\n(1)" in e["solution"] for e in episodes if e["mode"] == "replay")
+    replays = [e for e in episodes if e["mode"] == "replay"]
+    assert all("<|begin_of_documents|>\n(1)" in e["solution"] for e in replays)
+    # The outcome score is the format reward's 1.0; the process reward adds 0.5 per search that found a gold answer.
+    assert all(e["score"] == 1.0 and "process_reward" in e["logs"] for e in replays)
+    assert all(e["reward"] == 1.0 + e["logs"]["process_reward"] for e in replays)
 
 
 def test_stage2_waits_for_stage1_to_be_ready(tmp_path):
@@ -169,18 +176,38 @@ def test_stage2_waits_for_stage1_to_be_ready(tmp_path):
     logs = tmp_path / "tb"
     stage1 = tmp_path / "stage1.yaml"
     text = (ROOT / "configs/stages/stage1_format.yaml").read_text()
-    stage1.write_text(text.replace("runs/stage1_format/tensorboard", str(logs)).replace(
-        "model: configs/models/qwen2.5-7b-base.yaml", f"model: {ROOT / 'configs/models/qwen2.5-7b-base.yaml'}"))
-    args = ["stage2", "--dry-run", "--when-ready", f"init_from={stage1}", "--min-format-rate", "0.8",
-            "--min-search-rate", "0.8", "--window", "5"]
+    final = tmp_path / "final"
+    stage1.write_text(
+        text.replace("runs/stage1_format/tensorboard", str(logs))
+        .replace("runs/stage1_format/final", str(final))
+        .replace(
+            "model: configs/models/qwen2.5-7b-base.yaml", f"model: {ROOT / 'configs/models/qwen2.5-7b-base.yaml'}"
+        )
+    )
+    args = [
+        "stage2",
+        "--dry-run",
+        "--when-ready",
+        f"init_from={stage1}",
+        "--min-format-rate",
+        "0.8",
+        "--min-search-rate",
+        "0.8",
+        "--window",
+        "5",
+    ]
     out = submit(*args)
     assert out.returncode == 4 and "no logs yet" in out.stdout
     write_run(logs, [0.5] * 20, [0.9] * 20)  # searching, but the format is not there yet
     out = submit(*args)
     assert out.returncode == 4 and "'format_ok': 0.5" in out.stdout
     write_run(logs / "later", [0.95] * 30, [0.95] * 30)
+    out = submit(*args)  # the curves are there, the final checkpoint is not: OpenRLHF writes it at the end
+    assert out.returncode == 4 and "waiting for its final checkpoint" in out.stdout
+    final.mkdir()
+    (final / "config.json").write_text("{}")
     out = submit(*args)
     assert out.returncode == 0, out.stderr
-    launch = json.loads((ROOT / "configs/resolved/stage2_answer.launch.json").read_text())
+    launch = json.loads((ROOT / "configs/resolved/stage2_answer.dry-run.json").read_text())
     assert launch["switch"]["ready"] and launch["switch"]["format_ok"] >= 0.8
-    assert launch["policy"].endswith("runs/stage1_format/final")
+    assert launch["switch"]["checkpoint_written"] and launch["policy"] == str(final)

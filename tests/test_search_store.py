@@ -1,10 +1,10 @@
 import time
 
-import faiss
 import numpy as np
 import pytest
 
 from search_backend.corpus import Record
+from search_backend.faiss_import import faiss
 from search_backend.faiss_index import build_index, effective_factory
 from search_backend.store import PassageStore, StoreError, write_store
 

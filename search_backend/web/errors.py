@@ -28,6 +28,8 @@ class MalformedResponseError(ProviderError):
 class CacheMissError(WebSearchError):
     """replay_only is set and the cache holds no answer for this query and these options."""
 
+    ends_run = True  # a replay that answers from anywhere but the recording is not a replay
+
 
 class SummarizeError(WebSearchError):
     """The summarisation endpoint could not answer after every try."""

@@ -1,0 +1,324 @@
+"""`launch/ray_submit.sh stage1|stage2 --rehearse [--episodes N] [key=value ...]`: the job as Ray runs it, on CPU.
+
+Starts a local Ray head on 127.0.0.1 (free ports, its own temp dir), the retrieval and reward
+servers on the bundled mini index (free ports) unless healthy ones for this stage are configured,
+prepares the prompt data with the stage's own data preparation, runs the preflight, and submits
+through the real `ray job submit` with exactly the runtime_env a real submit uses (rollout.submit's).
+Inside the job, rollout/rehearsal_job.py runs the episodes through OpenRLHF's own rollout and
+experience code. Stops what it started; prints a per-episode table and, last, one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rollout import preflight
+from rollout.config import CONFIG_JSON_ENV, ConfigError
+from rollout.rehearsal_job import MARKER
+from rollout.service import free_port, start_module, stop
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+RECORDINGS = EXAMPLES / "bamboogle_llama_sample.jsonl"
+# The flags a CPU cannot honour (GPU placement, batch sizes of thousands of episodes) get small
+# values; the ones that shape an episode (data.max_len, rollout.max_new_tokens, temperature, top_p,
+# micro-batch sizes, the estimator, the agent file) stay the stage's. Overrides on the command line win.
+SAMPLES_PER_PROMPT = 2
+CPU_SCALE = {
+    "actor.num_nodes": 1,
+    "actor.num_gpus_per_node": 1,
+    "ref.num_nodes": 1,
+    "ref.num_gpus_per_node": 1,
+    "vllm.num_engines": 2,
+}
+
+
+class RayHead:
+    """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
+    ids of the processes it started."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
+        self.dashboard_port = free_port()
+        self.log = workdir / "ray_head.log"
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        ports = [free_port() for _ in range(8)]
+        cmd = [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={ports[0]}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--ray-client-server-port={ports[1]}",
+            f"--node-manager-port={ports[2]}",
+            f"--object-manager-port={ports[3]}",
+            f"--dashboard-agent-listen-port={ports[4]}",
+            f"--dashboard-agent-grpc-port={ports[5]}",
+            f"--metrics-export-port={ports[6]}",
+            f"--runtime-env-agent-port={ports[7]}",
+            f"--min-worker-port={ports[7] + 1 if ports[7] < 60000 else 20000}",
+            f"--max-worker-port={(ports[7] + 1 if ports[7] < 60000 else 20000) + 200}",
+            "--num-cpus=4",
+            "--num-gpus=0",
+            "--include-dashboard=true",
+            f"--temp-dir={self.temp}",
+        ]
+        self.env = env
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def wait(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self.proc.returncode}; see {self.log}")
+            try:
+                if httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
+
+    def _descendants(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, []):
+                found.append(child)
+                todo.append(child)
+        return found
+
+    def stop(self) -> None:
+        pids = [self.proc.pid, *self._descendants()]
+        # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.wait(10)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _override_value(overrides: list[str], key: str) -> str | None:
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")]
+    return found[-1] if found else None
+
+
+def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -> bool:
+    """Whether the configured servers answer and the reward server scores this stage's reward."""
+    from rollout.submit import resolve
+
+    stage = resolve(stage_name, model, overrides)["stage"]
+    checks = preflight.check_servers(stage, ROOT / "runs/servers", timeout_s=2.0)
+    return all(c.ok for c in checks) and any(c.name == "reward spec equal" for c in checks)
+
+
+def _prepare(stage_dir: Path, stage: str, model_config: str, prompts: int) -> tuple[Path, Path]:
+    """The stage's prompt data, made by its own data preparation from the recorded questions, and
+    the recordings keyed by the prompt the policy sees."""
+    records = [json.loads(line) for line in RECORDINGS.open(encoding="utf-8")]
+    if prompts > len(records):
+        raise ConfigError(f"--episodes: at most {len(records)} prompts are recorded ({RECORDINGS.name})")
+    chosen = records[:prompts]
+    questions = stage_dir / "questions.jsonl"
+    questions.write_text(
+        "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in chosen)
+    )
+    data = stage_dir / "prompts.jsonl"
+    cmd = [sys.executable, "-m", f"{stage}.prepare_data", "--input", str(questions), "--out", str(data)]
+    cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
+    by_question = {json.loads(line)["question"]: json.loads(line)["prompt"] for line in data.open(encoding="utf-8")}
+    recordings = {by_question[r["question"]]: r["gen_text_store"] for r in chosen}
+    rec = stage_dir / "recordings.json"
+    rec.write_text(json.dumps(recordings))
+    return data, rec
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'#':>3}  {'question':<44}{'searches':>9}{'tokens':>7}{'cut':>5}{'reward':>8}{'score':>7}  answered"]
+    for i, r in enumerate(rows, start=1):
+        lines.append(
+            f"{i:>3}  {r['question'][:42]:<44}{r['searches']:>9}{r['tokens']:>7}{'yes' if r['budget_cut'] else '':>5}"
+            f"{r['reward']:>8.2f}{r['score']:>7.2f}  {'yes' if r['answered'] else 'no'}"
+        )
+    return "\n".join(lines)
+
+
+def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes: int) -> int:
+    from rollout.submit import STAGES, preflight_checks, resolve, runtime_env
+
+    stage = STAGES[stage_name]
+    if not (Path(sys.executable).parent / "ray").is_file():
+        print("error: the rehearsal needs Ray 2.55 with its job server: pip install -e '.[dev]'", file=sys.stderr)
+        return 3
+    work = ROOT / "runs/rehearse"
+    stage_dir = work / stage
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    n = int(_override_value(overrides, "openrlhf.rollout.n_samples_per_prompt") or SAMPLES_PER_PROMPT)
+    prompts = max(1, math.ceil(episodes / n))
+    started: list[Any] = []
+    head: RayHead | None = None
+    t0 = time.monotonic()
+    try:
+        base = resolve(stage_name, model, ["init_from=null", *overrides])
+        model_config = str(base["stage"].model)
+        data, recordings = _prepare(stage_dir, stage, model_config, prompts)
+        scale = {
+            **CPU_SCALE,
+            "rollout.n_samples_per_prompt": n,
+            "rollout.batch_size": prompts,
+            "train.batch_size": prompts * n,
+            "data.prompt_dataset": str(data),
+            "ckpt.output_dir": str(stage_dir / "final"),
+            "ckpt.path": str(stage_dir / "ckpt"),
+            "logger.tensorboard_dir": str(stage_dir / "tensorboard"),
+        }
+        local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
+        if not _healthy_servers(stage_name, model, [*local, *overrides]):
+            index = work / "index"
+            if not (index / "manifest.json").is_file():
+                from search_backend.build_index import build
+
+                print(f"[rehearse] building the mini index: {EXAMPLES / 'mini_corpus.jsonl'} -> {index}", flush=True)
+                build(EXAMPLES / "mini_corpus.jsonl", "jsonl", index)
+            search_port, reward_port = free_port(), free_port()
+            plan0 = resolve(stage_name, model, [*local, *overrides])
+            spec_file = stage_dir / "stage.json"
+            spec_file.write_text(plan0["stage"].model_dump_json())
+            started.append(
+                start_module(
+                    "search_backend.serve", ["--index", str(index)], search_port, stage_dir / "retrieval.log", 180
+                )
+            )
+            started.append(
+                start_module("reward_server", ["--config", str(spec_file)], reward_port, stage_dir / "reward.log")
+            )
+            local += [
+                f"search.urls=http://127.0.0.1:{search_port}",
+                f"reward_server.urls=http://127.0.0.1:{reward_port}",
+            ]
+            print(f"[rehearse] retrieval server :{search_port}, reward server :{reward_port} (mini index)", flush=True)
+        plan = resolve(stage_name, model, [*local, *overrides])
+        env = runtime_env(plan)
+        print(f"[rehearse] preflight for {plan['stage'].stage}:", flush=True)
+        checks = preflight_checks(plan, env, work / "servers")
+        preflight_ok = preflight.report(checks)
+        package = preflight.build_package(env, stage_dir / "package.zip")
+        head = RayHead(stage_dir)
+        head.wait()
+        print(f"[rehearse] Ray head {head.address} (log {head.log})", flush=True)
+        cmd = [
+            str(Path(sys.executable).parent / "ray"),
+            "job",
+            "submit",
+            "--address",
+            head.address,
+            "--runtime-env-json",
+            json.dumps(env),
+            "--",
+            "python3",
+            "-m",
+            "rollout.rehearsal_job",
+            "--episodes",
+            str(episodes),
+            "--recordings",
+            str(recordings),
+            "--",
+            *plan["train_args"],
+        ]
+        job_log = stage_dir / "job.log"
+        print(f"[rehearse] ray job submit ... -- python3 -m rollout.rehearsal_job (log {job_log})", flush=True)
+        with job_log.open("w", encoding="utf-8") as log:
+            done = subprocess.run(cmd, cwd=ROOT, env=head.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        lines = job_log.read_text(encoding="utf-8").splitlines()
+        found = [line.split(MARKER, 1)[1] for line in lines if MARKER in line]
+        if not found:
+            print("\n".join(lines[-60:]), file=sys.stderr)
+            raise RuntimeError(f"the job printed no result (ray job submit exited {done.returncode}); see {job_log}")
+        job = json.loads(found[-1])
+    except (ConfigError, ValueError, RuntimeError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if head is not None:
+            head.stop()
+        for proc in started:
+            stop(proc)
+    print(_table(job["rows"]))
+    want_source = ["env_vars"]
+    summary = {
+        "stage": stage,
+        "episodes": job["episodes"],
+        "finished": job["finished"],
+        "budget_cut": job["budget_cut"],
+        "scored": job["scored"],
+        "mean_reward": job["mean_reward"],
+        "min_reward": job["min_reward"],
+        "extra_logs_keys_consistent": job["extra_logs_keys_consistent"],
+        "experience_batches_ok": job["experience_batches_ok"],
+        "train_micro_batches": job["train_micro_batches"],
+        "package_mib": round(package.mib, 2),
+        "package_files": len(package.files),
+        "config_source": job["config_source"][0] if len(job["config_source"]) == 1 else job["config_source"],
+        "preflight_ok": preflight_ok,
+        "max_len": job["max_len"],
+        "max_new_tokens": job["max_new_tokens"],
+        "ray_job_exit": done.returncode,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    if job.get("experience_error"):
+        summary["experience_error"] = job["experience_error"]
+    held = (
+        job["episodes"] >= episodes
+        and job["scored"] == job["episodes"]
+        and job["extra_logs_keys_consistent"]
+        and job["experience_batches_ok"]
+        and job["config_source"] == want_source
+        and CONFIG_JSON_ENV in env["env_vars"]
+        and package.bytes < preflight.RAY_PACKAGE_LIMIT
+        and not package.data_files
+        and preflight_ok
+        and done.returncode == 0
+    )
+    summary["ok"] = held
+    print(json.dumps(summary))
+    return 0 if held else 1
