@@ -119,9 +119,8 @@ class SearchService:
         if not queries:
             raise InvalidRequest(queries_field, "must hold at least one query")
         if len(queries) > self.config.max_queries:
-            raise InvalidRequest(
-                queries_field, f"{len(queries)} queries is over the limit of {self.config.max_queries}"
-            )
+            raise InvalidRequest(queries_field, f"{len(queries)} queries is over the limit of "
+                                                f"{self.config.max_queries}")
         for i, query in enumerate(queries):
             if not query.strip():
                 raise InvalidRequest(f"{queries_field}.{i}", "empty query")
@@ -219,14 +218,8 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
 
             if config.index_dir is None:
                 raise ValueError("index_dir: required when no backend is given")
-            active = await asyncio.to_thread(
-                LocalFaissBackend,
-                config.index_dir,
-                model=config.model,
-                device=config.device,
-                nprobe=config.nprobe,
-                ef_search=config.ef_search,
-            )
+            active = await asyncio.to_thread(LocalFaissBackend, config.index_dir, model=config.model,
+                                             device=config.device, nprobe=config.nprobe, ef_search=config.ef_search)
         service = SearchService(active, config)
         if service.batcher:
             service.batcher.start()
@@ -327,31 +320,16 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    config = ServerConfig(
-        index_dir=args.index,
-        device=args.device,
-        nprobe=args.nprobe,
-        ef_search=args.ef_search,
-        batching=not args.no_batching,
-        max_batch=args.max_batch,
-        max_wait_ms=args.max_wait_ms,
-        cache_size=args.cache_size,
-        max_top_k=args.max_top_k,
-        max_queries=args.max_queries,
-        max_query_chars=args.max_query_chars,
-        max_results=args.max_results,
-        max_batch_chars=args.max_batch_chars,
-        max_body_bytes=args.max_body_bytes,
-        threads=args.threads,
-        limits=Limits(
-            header_timeout_s=args.header_timeout,
-            body_timeout_s=args.body_timeout,
-            max_concurrency=args.max_concurrency,
-        ),
-    )
-    uvicorn.run(
-        create_app(config), host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(config.limits)
-    )
+    config = ServerConfig(index_dir=args.index, device=args.device, nprobe=args.nprobe, ef_search=args.ef_search,
+                          batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                          cache_size=args.cache_size, max_top_k=args.max_top_k, max_queries=args.max_queries,
+                          max_body_bytes=args.max_body_bytes, threads=args.threads,
+                          max_query_chars=args.max_query_chars, max_results=args.max_results,
+                          max_batch_chars=args.max_batch_chars,
+                          limits=Limits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                                        max_concurrency=args.max_concurrency))
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level,
+                **uvicorn_options(config.limits))
     return 0
 
 
