@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ def search_identity(config: Any) -> dict[str, Any]:
         data = json.loads(manifest.read_text()) if manifest and manifest.is_file() else None
         return {"backend": "local", "index": index_identity(data), "options": {"nprobe": config.nprobe}}
     if config.backend == "http":
-        return {"backend": "http", "index": index_identity(_served_manifest(config.urls)), "options": {}}
+        token = os.environ.get(config.token_env)
+        return {"backend": "http", "index": index_identity(_served_manifest(config.urls, token)), "options": {}}
     if config.backend == "web":
         return {"backend": "web", "index": None, "options": web_options(config.web)}
     models = [m.name for m in config.router.models] if config.router else []
@@ -118,12 +120,14 @@ def web_options(web: Any) -> dict[str, Any]:
     return {"provider": web.provider, "site": web.site, "fetch_pages": web.fetch_pages, "summarize": web.summarize}
 
 
-def _served_manifest(urls: list[str]) -> dict[str, Any] | None:
+def _served_manifest(urls: list[str], token: str | None = None) -> dict[str, Any] | None:
+    """The index manifest a retrieval server reports; a server with a token shows it only to a bearer of it."""
     import httpx
 
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     for url in urls:
         try:
-            return httpx.get(url.rstrip("/") + "/health", timeout=5.0).json().get("manifest")
+            return httpx.get(url.rstrip("/") + "/health", headers=headers, timeout=5.0).json().get("manifest")
         except (httpx.HTTPError, ValueError, AttributeError):
             continue
     return None

@@ -479,3 +479,10 @@ def test_tokens_never_reach_logs_or_answers(reward_token_url, search_token_url, 
 
 
 JSON_HEADERS = {"content-type": "application/json"}
+
+
+def test_evaluation_reads_the_served_manifest_with_the_token(search_token_url):
+    from eval.resume import _served_manifest
+
+    assert _served_manifest([search_token_url]) is None
+    assert _served_manifest([search_token_url], TOKEN)["model"] == "all-MiniLM-L6-v2"
