@@ -23,6 +23,10 @@ class SearchError(RuntimeError):
     """A search could not be answered (server unreachable after every retry, or it refused the request)."""
 
 
+class SearchAuthError(SearchError):
+    """The retrieval server refused the token (401/403); retrying cannot help: set the right token."""
+
+
 @runtime_checkable
 class SearchBackend(Protocol):
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
