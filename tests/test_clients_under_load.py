@@ -61,7 +61,7 @@ def test_reward_client_2000_at_concurrency_1000_then_after_idle():
     records = [json.loads(line) for line in (FIXTURES / "r1searcher" / "hotpotqa_llama.jsonl").open()]
     spec = PRESETS["r1searcher-qwen-stage2"]
     samples = []
-    for i in range(3000):
+    for i in range(2500):
         r = records[i % len(records)]
         prompt = PROMPT.format(q=f"{i}. {r['question']}")
         samples.append((prompt + r["gen_text_store"], prompt, r["answer"]))
@@ -74,7 +74,7 @@ def test_reward_client_2000_at_concurrency_1000_then_after_idle():
         async def run():
             client = RewardClient(url, deadline_s=120)
             try:
-                return await burst_idle_burst(lambda i: client.score(*samples[i]), 2000, 1000)
+                return await burst_idle_burst(lambda i: client.score(*samples[i]), 2000, 500)
             finally:
                 await client.aclose()
 
@@ -96,12 +96,12 @@ class EchoBackend:
 
 def test_search_client_2000_distinct_at_concurrency_1000_then_after_idle():
     config = ServerConfig(batching=True, cache_size=0, token="")
-    queries = [f"distinct question number {i}" for i in range(3000)]
+    queries = [f"distinct question number {i}" for i in range(2500)]
     with serve(create_search_app(config, backend=EchoBackend()), timeout_keep_alive=KEEPALIVE_S) as url:
 
         async def run():
             async with HttpSearchBackend(url, retries=3) as client:
-                return await burst_idle_burst(lambda i: client.search([queries[i]], 2), 2000, 1000)
+                return await burst_idle_burst(lambda i: client.search([queries[i]], 2), 2000, 500)
 
         results = asyncio.run(run())
     for query, got in zip(queries, results, strict=True):
@@ -125,7 +125,7 @@ def _router(url: str) -> Any:
 
 @pytest.mark.parametrize("client", ["router", "web", "completions", "judge"])
 def test_other_clients_1000_at_concurrency_1000_then_after_idle(client, tmp_path):
-    first, second = 1000, 200
+    first, second = 1000, 100
     if client == "router":
         app = chat_app(FakeControl(api_key=None), lambda messages: f"answer to {messages[-1]['content']}")
         make = _router
