@@ -1,11 +1,18 @@
-"""Sustained load on both servers, every answer checked against the in-process result.
+"""Load on both servers through the project's own clients, every answer checked against the in-process result.
 
-    python benchmarks/load.py [--reward-requests 100000] [--search-requests 20000] [--concurrency 64 512]
+    python benchmarks/load.py [--reward-requests 20000] [--search-requests 3000] [--concurrency 64 256 1000]
+                              [--idle-s 10] [--raw] [--libraries]
 
-Loopback only, bounded in count and time. The reward server scores R1-Searcher's released
-trajectories (each answer compared with the in-process reward and score); the retrieval server
-answers 1,000 real queries over the bundled mini index (ids compared with the in-process search).
-Reports sent, lost (no answer or an error status), wrong, slow (over 1 s), p50/p99/max, and writes JSON.
+What training does: a rollout batch is ~1,000 episodes in flight, each searching through `HttpSearchBackend`
+and ending in one `RewardClient.score`. Here `concurrency` callers share one client, each sending its next
+request as soon as the last one is answered, at each level in turn; then, after `--idle-s` of silence (longer
+than the servers' 5 s keep-alive, so pooled connections go stale), the top level runs again. The reward
+server scores R1-Searcher's released trajectories (reward and score compared with the in-process reward); the
+retrieval server (result cache off) answers distinct real questions over the bundled mini index (ids compared
+with the in-process search). Reports sent, lost (an error or no answer within --limit-s), wrong, p50/p99/max
+and req/s per client and level, and writes JSON. `--raw` adds the raw HTTP load generator (the servers alone);
+`--libraries` compares one-attempt httpx and aiohttp clients at the top level (why the clients use aiohttp).
+Loopback only.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -29,106 +38,348 @@ from eval.metrics import as_golds  # noqa: E402
 from eval.records import read_jsonl  # noqa: E402
 from reward_server.scoring import score_solution  # noqa: E402
 from reward_server.spec import PRESETS  # noqa: E402
+from rollout.reward_client import RewardClient  # noqa: E402
 from rollout.service import free_port, start_module, stop  # noqa: E402
+from search_backend.http_client import HttpSearchBackend  # noqa: E402
 
 PROMPT = "User:{q}\nAssistant: <think>"
 TRAJECTORIES = [
     ROOT / "tests/fixtures/r1searcher/hotpotqa_llama.jsonl",
     ROOT / "tests/fixtures/r1searcher/bamboogle_llama.jsonl",
 ]
-QUERIES = ROOT / "tests/fixtures/search/queries_1000.txt"
+QUESTION_SOURCES = [
+    ROOT / "tests/fixtures/search/queries_1000.txt",
+    *sorted((ROOT / "eval/data").glob("*.jsonl")),
+    ROOT / "examples/stage_1.jsonl",
+    ROOT / "tests/fixtures/search/kiltmini_queries.jsonl",
+    ROOT / "examples/mini_corpus.jsonl",  # passage titles, as short keyword searches
+]
+
+Call = Callable[[int], Awaitable[Any]]
+Check = Callable[[int, Any], bool]
 
 
-def run_levels(
-    url: str, path: str, bodies: list[bytes], check, total: int, levels: list[int], prefix: bytes, limit_s: float
-) -> list[dict]:
+async def drive(call: Call, check: Check, total: int, concurrency: int, limit_s: float) -> dict[str, Any]:
+    """`concurrency` callers share `call`, each making its next call (i = 0, 1, ... total - 1) when the last
+    returns; a call that raises, or is still running at `limit_s`, is lost."""
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    wrong = 0
+    issued = 0
+    started = time.perf_counter()
+
+    async def caller() -> None:
+        nonlocal issued, wrong
+        while issued < total:
+            i = issued
+            issued += 1
+            t0 = time.perf_counter()
+            try:
+                result = await call(i)
+            except Exception as exc:  # noqa: BLE001 - every failure is counted, by kind
+                key = f"{type(exc).__name__}: {str(exc)[:160]}"
+                errors[key] = errors.get(key, 0) + 1
+                continue
+            latencies.append(time.perf_counter() - t0)
+            wrong += not check(i, result)
+
+    tasks = [asyncio.ensure_future(caller()) for _ in range(concurrency)]
+    done, pending = await asyncio.wait(tasks, timeout=limit_s)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return round(1000 * latencies[int(q * (len(latencies) - 1))], 1) if latencies else 0.0
+
+    return {
+        "concurrency": concurrency,
+        "sent": total,
+        "lost": total - len(latencies),
+        "wrong": wrong,
+        "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else 0.0,
+        "p99_ms": pct(0.99),
+        "max_ms": pct(1.0),
+        "rps": round(len(latencies) / elapsed, 1),
+        "seconds": round(elapsed, 1),
+        "errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:5]),
+    }
+
+
+def show(name: str, phase: str, row: dict[str, Any]) -> None:
+    print(
+        f"{name:<18} {phase:<10} c={row['concurrency']:>4}: sent {row['sent']:>6}  lost {row['lost']}  "
+        f"wrong {row['wrong']}  p50 {row['p50_ms']:.0f} ms  p99 {row['p99_ms']:.0f} ms  "
+        f"max {row['max_ms']:.0f} ms  ({row['rps']:.0f} req/s)"
+        + (f"  errors {row['errors']}" if row["errors"] else ""),
+        flush=True,
+    )
+
+
+async def project_client_levels(
+    name: str, call: Call, check: Check, total: int, levels: list[int], idle_s: float, limit_s: float
+) -> list[dict[str, Any]]:
     rows = []
     for c in levels:
-        n = total // len(levels)
-        result: LoadResult = asyncio.run(
-            closed_loop(url, path, bodies, c, limit_s, ok_prefix=prefix, check=check, max_requests=n)
-        )
-        row = {"concurrency": c, "sent": result.requests + result.errors, "lost": result.errors, **asdict(result)}
+        row = {"client": name, "phase": "burst", **await drive(call, check, total, c, limit_s)}
+        show(name, "burst", row)
         rows.append(row)
-        print(
-            f"{path} c={c:>4}: sent {row['sent']:>6}  lost {row['lost']}  wrong {result.wrong}  slow {result.slow}  "
-            f"p50 {result.p50_ms:.1f} ms  p99 {result.p99_ms:.1f} ms  max {result.max_ms:.1f} ms  "
-            f"({result.rps:.0f} req/s)",
-            flush=True,
-        )
+    if idle_s > 0:
+        await asyncio.sleep(idle_s)
+        row = {
+            "client": name,
+            "phase": f"after {idle_s:g} s idle",
+            **await drive(call, check, total, levels[-1], limit_s),
+        }
+        show(name, "after idle", row)
+        rows.append(row)
     return rows
 
 
-def reward_load(total: int, levels: list[int], limit_s: float, work: Path) -> list[dict]:
+def raw_levels(
+    url: str, path: str, bodies: list[bytes], check, total: int, levels: list[int], prefix: bytes, limit_s: float
+) -> list[dict[str, Any]]:
+    rows = []
+    for c in levels:
+        result: LoadResult = asyncio.run(
+            closed_loop(url, path, bodies, c, limit_s, ok_prefix=prefix, check=check, max_requests=total)
+        )
+        row = {
+            "client": "raw HTTP",
+            "phase": "burst",
+            "concurrency": c,
+            "sent": result.requests + result.errors,
+            "lost": result.errors,
+            "wrong": result.wrong,
+            "p50_ms": round(result.p50_ms, 1),
+            "p99_ms": round(result.p99_ms, 1),
+            "max_ms": round(result.max_ms, 1),
+            "rps": round(result.rps, 1),
+            "errors": {result.first_error: result.errors} if result.first_error else {},
+        }
+        show("raw HTTP", "burst", row)
+        rows.append(row)
+    return rows
+
+
+async def library_rows(
+    url: str, bodies: list[bytes], check: Check, total: int, concurrency: int, limit_s: float
+) -> list[dict[str, Any]]:
+    """One attempt per request, 256 connections: httpx's pool (the clients' old transport) against aiohttp
+    behind a semaphore (their transport now)."""
+    import aiohttp
+    import httpx
+
+    rows = []
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=256)) as client:
+
+        async def with_httpx(i: int) -> bytes:
+            response = await client.post(
+                url, content=bodies[i % len(bodies)], headers={"Content-Type": "application/json"}
+            )
+            response.raise_for_status()
+            return response.content
+
+        rows.append(
+            {
+                "client": "httpx, pool of 256",
+                "phase": "burst",
+                **await drive(with_httpx, check, total, concurrency, limit_s),
+            }
+        )
+        show(rows[-1]["client"], "burst", rows[-1])
+    slots = asyncio.Semaphore(256)
+    connector = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+
+        async def with_aiohttp(i: int) -> bytes:
+            async with (
+                slots,
+                session.post(
+                    url, data=bodies[i % len(bodies)], headers={"Content-Type": "application/json"}
+                ) as response,
+            ):
+                response.raise_for_status()
+                return await response.read()
+
+        rows.append(
+            {
+                "client": "aiohttp, 256 slots",
+                "phase": "burst",
+                **await drive(with_aiohttp, check, total, concurrency, limit_s),
+            }
+        )
+        show(rows[-1]["client"], "burst", rows[-1])
+    return rows
+
+
+def reward_load(args: argparse.Namespace, work: Path) -> tuple[list[dict], list[dict]]:
     records = [r for path in TRAJECTORIES for r in read_jsonl(path)]
     spec = PRESETS["r1searcher-qwen-stage2"]
-    bodies, expected = [], []
+    samples, bodies, expected = [], [], []
     for r in records:
         prompt = PROMPT.format(q=r["question"])
+        samples.append((prompt + r["gen_text_store"], prompt, r["answer"]))
         body = {"query": [prompt + r["gen_text_store"]], "prompts": [prompt], "labels": [r["answer"]]}
         bodies.append(json.dumps(body).encode())
         want = score_solution(r["gen_text_store"], as_golds(r["answer"]), spec)
         expected.append((want.reward, want.score))
 
-    def check(i: int, payload: bytes) -> bool:
+    def check(i: int, result: Any) -> bool:
+        return (result.reward, result.score) == expected[i % len(expected)]
+
+    def check_payload(i: int, payload: bytes) -> bool:
         got = json.loads(payload)
-        return (got["rewards"][0], got["scores"][0]) == expected[i]
+        return (got["rewards"][0], got["scores"][0]) == expected[i % len(expected)]
 
     port = free_port()
+    url = f"http://127.0.0.1:{port}"
     proc = start_module("reward_server", ["--preset", "r1searcher-qwen-stage2"], port, work / "reward.log")
     try:
-        return run_levels(
-            f"http://127.0.0.1:{port}", "/get_reward", bodies, check, total, levels, b'{"rewards"', limit_s
-        )
+
+        async def run() -> tuple[list[dict], list[dict]]:
+            client = RewardClient(url, max_connections=args.max_connections)
+            try:
+                rows = await project_client_levels(
+                    "RewardClient",
+                    lambda i: client.score(*samples[i % len(samples)]),
+                    check,
+                    args.reward_requests,
+                    args.concurrency,
+                    args.idle_s,
+                    args.limit_s,
+                )
+            finally:
+                await client.aclose()
+            libraries = []
+            if args.libraries:
+                total = min(args.reward_requests, 3000)
+                libraries = await library_rows(
+                    f"{url}/get_reward", bodies, check_payload, total, args.concurrency[-1], min(args.limit_s, 180)
+                )
+            return rows, libraries
+
+        rows, libraries = asyncio.run(run())
+        if args.raw:
+            rows += raw_levels(
+                url,
+                "/get_reward",
+                bodies,
+                check_payload,
+                args.reward_requests,
+                args.concurrency,
+                b'{"rewards"',
+                args.limit_s,
+            )
+        return rows, libraries
     finally:
         stop(proc)
 
 
-def search_load(total: int, levels: list[int], limit_s: float, work: Path) -> list[dict]:
+def distinct_questions(count: int) -> list[str]:
+    seen: dict[str, None] = {}
+    for path in QUESTION_SOURCES:
+        if path.suffix == ".txt":
+            lines = path.read_text(encoding="utf-8").splitlines()
+        else:
+            lines = [r.get("question") or r.get("query") or r.get("title") or "" for r in read_jsonl(path)]
+        for line in lines:
+            text = " ".join(line.split())
+            if text:
+                seen.setdefault(text, None)
+    if len(seen) < count:
+        raise SystemExit(f"--search-requests: only {len(seen)} distinct questions are bundled")
+    return list(seen)[:count]
+
+
+def search_load(args: argparse.Namespace, work: Path) -> list[dict]:
     from search_backend.build_index import build
     from search_backend.local_faiss import LocalFaissBackend
 
     index = work / "index"
     build(ROOT / "examples/mini_corpus.jsonl", "jsonl", index)
-    queries = QUERIES.read_text(encoding="utf-8").splitlines()
+    queries = distinct_questions(args.search_requests)
     expected = [[p.id for p in hits] for hits in LocalFaissBackend(index).search_sync(queries, 3)]
-    bodies = [json.dumps({"queries": [q], "top_k": 3}).encode() for q in queries]
 
-    def check(i: int, payload: bytes) -> bool:
-        return [p["id"] for p in json.loads(payload)["results"][0]] == expected[i]
+    def check(i: int, result: Any) -> bool:
+        return [p.id for p in result[0]] == expected[i]
+
+    def check_payload(i: int, payload: bytes) -> bool:
+        return [p["id"] for p in json.loads(payload)["results"][0]] == expected[i % len(expected)]
 
     port = free_port()
-    proc = start_module(
-        "search_backend.serve", ["--index", str(index), "--threads", "1"], port, work / "retrieval.log", 180
-    )
+    url = f"http://127.0.0.1:{port}"
+    server_args = ["--index", str(index), "--threads", "1", "--cache-size", "0"]
+    proc = start_module("search_backend.serve", server_args, port, work / "retrieval.log", 180)
     try:
-        return run_levels(f"http://127.0.0.1:{port}", "/search", bodies, check, total, levels, b'{"results"', limit_s)
+
+        async def run() -> list[dict]:
+            client = HttpSearchBackend(url, max_connections=args.max_connections)
+            try:
+                return await project_client_levels(
+                    "HttpSearchBackend",
+                    lambda i: client.search([queries[i]], 3),
+                    check,
+                    args.search_requests,
+                    args.concurrency,
+                    args.idle_s,
+                    args.limit_s,
+                )
+            finally:
+                await client.aclose()
+
+        rows = asyncio.run(run())
+        if args.raw:
+            bodies = [json.dumps({"queries": [q], "top_k": 3}).encode() for q in queries]
+            rows += raw_levels(
+                url,
+                "/search",
+                bodies,
+                check_payload,
+                args.search_requests,
+                args.concurrency,
+                b'{"results"',
+                args.limit_s,
+            )
+        return rows
     finally:
         stop(proc)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reward-requests", type=int, default=100_000)
-    p.add_argument("--search-requests", type=int, default=20_000)
-    p.add_argument("--concurrency", type=int, nargs="+", default=[64, 512])
-    p.add_argument("--limit-s", type=float, default=600.0, help="time cap per concurrency level")
+    p.add_argument("--reward-requests", type=int, default=20_000, help="reward requests per level")
+    p.add_argument("--search-requests", type=int, default=3_000, help="distinct searches per level")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1000])
+    p.add_argument("--idle-s", type=float, default=10.0, help="silence before the top level runs again (0: skip)")
+    p.add_argument("--limit-s", type=float, default=600.0, help="time cap per level; calls still running are lost")
+    p.add_argument("--max-connections", type=int, default=256, help="the clients' bound on requests in flight")
+    p.add_argument("--raw", action="store_true", help="also drive the servers with the raw load generator")
+    p.add_argument("--libraries", action="store_true", help="also compare one-attempt httpx and aiohttp clients")
+    p.add_argument("--skip-search", action="store_true")
+    p.add_argument("--skip-reward", action="store_true")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs/bench_load")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/load.json")
     args = p.parse_args()
     args.work_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    reward = reward_load(args.reward_requests, args.concurrency, args.limit_s, args.work_dir)
-    search = search_load(args.search_requests, args.concurrency, args.limit_s, args.work_dir)
+    reward, libraries = ([], []) if args.skip_reward else reward_load(args, args.work_dir)
+    search = [] if args.skip_search else search_load(args, args.work_dir)
+    checked = reward + search
     result = {
         "benchmark": "load",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d"),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 1),
         "seconds": round(time.time() - started, 1),
-        "reward_server": reward,
-        "retrieval_server": search,
-        "lost": sum(r["lost"] for r in reward + search),
-        "wrong": sum(r["wrong"] for r in reward + search),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "reward": reward,
+        "search": search,
+        "libraries": libraries,
+        "lost": sum(r["lost"] for r in checked),
+        "wrong": sum(r["wrong"] for r in checked),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

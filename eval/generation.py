@@ -13,11 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
-
 from eval.segments import segment_text
 from rollout.environment import Episode, SearchEnvironment
 from rollout.protocol import END_QUERY
+from search_backend.http_transport import HttpSession, RetryPolicy, json_object
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,8 @@ class TextEngine(Protocol):
 
 
 class OpenAICompletionsEngine:
-    """POST {base_url}/completions, one request per prompt, all in flight together."""
+    """POST {base_url}/completions, one request per prompt; at most `max_connections` in flight, the rest
+    waiting their turn outside `timeout_s`. 5xx, 429 and connection trouble are retried (Retry-After honoured)."""
 
     def __init__(
         self,
@@ -59,15 +59,14 @@ class OpenAICompletionsEngine:
         api_key_env: str = "OPENAI_API_KEY",
         timeout_s: float = 600.0,
         max_connections: int = 256,
+        retries: int = 3,
     ) -> None:
         key = os.environ.get(api_key_env)
         self.model = model
         self.url = base_url.rstrip("/") + "/completions"
-        self._client = httpx.AsyncClient(
-            timeout=timeout_s,
-            headers={"Authorization": f"Bearer {key}"} if key else None,
-            limits=httpx.Limits(max_connections=max_connections),
-        )
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        self._http = HttpSession(timeout_s=timeout_s, max_in_flight=max_connections, headers=headers)
+        self._retry = RetryPolicy(retries=retries)
 
     async def _one(self, prompt: str, params: GenParams) -> Completion:
         body = {
@@ -81,15 +80,18 @@ class OpenAICompletionsEngine:
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        resp = await self._client.post(self.url, json=body)
-        resp.raise_for_status()
-        return Completion(*segment_text(resp.json()["choices"][0]))
+        choice = await self._http.call_json("POST", self.url, body, parse=_first_choice, retry=self._retry)
+        return Completion(*segment_text(choice))
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(p, params) for p in prompts)))
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
+
+
+def _first_choice(data: Any) -> dict[str, Any]:
+    return json_object(json_object(data)["choices"][0])
 
 
 class HFTextEngine:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
+from search_backend.http_transport import HttpSession, RequestEncodingError, RetryableError, encode_json
 
 INSTRUCTION = (
     "You are grading an answer to a question. Decide whether the predicted answer fully matches the meaning "
@@ -83,9 +83,8 @@ class LLMJudge:
         self.cache = VerdictCache(cache_path)
         self.calls = 0
         self._sem = asyncio.Semaphore(concurrency)
-        self._client = httpx.AsyncClient(
-            timeout=timeout_s, headers={"Authorization": f"Bearer {key}"} if key else None
-        )
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        self._http = HttpSession(timeout_s=timeout_s, max_in_flight=concurrency, headers=headers)
 
     def _key(self, question: str, golds: Sequence[str], prediction: str) -> str:
         return json.dumps([self.model, question, list(golds), prediction])
@@ -101,25 +100,29 @@ class LLMJudge:
             "temperature": 0,
             "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": content}],
         }
+        try:
+            data = encode_json(body)
+        except RequestEncodingError as e:
+            raise JudgeError(f"{self.url}: {e}") from None
         last = ""
         async with self._sem:
             for attempt in range(self.retries + 1):
                 try:
                     self.calls += 1
-                    resp = await self._client.post(self.url, json=body)
-                    if resp.status_code == 200:
+                    resp = await self._http.send("POST", self.url, body=data)
+                    if resp.status == 200:
                         raw = resp.json()["choices"][0]["message"]["content"]
                         verdict = parse_verdict(raw)
                         self.cache.put(key, verdict, raw)
                         return verdict
-                    last = f"HTTP {resp.status_code}"
-                except (httpx.HTTPError, KeyError, IndexError, ValueError, JudgeError) as e:
+                    last = f"HTTP {resp.status}"
+                except (RetryableError, KeyError, IndexError, ValueError, JudgeError) as e:
                     last = f"{type(e).__name__}: {e}"
                 await asyncio.sleep(min(2.0**attempt * 0.5, 10.0))
         raise JudgeError(f"{self.url}: no verdict after {self.retries + 1} tries ({last})")
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
 
 def build_parser() -> argparse.ArgumentParser:

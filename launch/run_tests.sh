@@ -4,5 +4,10 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh" dev
 cd "$SEARCHRL_ROOT"
+SECONDS=0
 "$SEARCHRL_VENV/bin/ruff" check .
-exec "$PY" -m pytest -q "$@"
+# CI logs keep how long the suite took, so a creeping suite shows before it passes the 10-minute budget.
+status=0
+"$PY" -m pytest -q "$@" || status=$?
+echo "[run_tests] lint + tests took ${SECONDS} s (exit ${status})"
+exit "$status"

@@ -1,23 +1,32 @@
 """Client of the reward server, used by the agent at the end of every episode.
 
 Retries ride out a restart of the server; past the deadline the error propagates and the job fails
-loudly, because training on a made-up reward (a silent 0) corrupts the run without a trace.
+loudly, because training on a made-up reward (a silent 0) corrupts the run without a trace. A sample
+that cannot be sent at all (a NaN label) fails at once, naming the field: no server can fix it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+from search_backend.http_transport import (
+    HttpRefusedError,
+    HttpSession,
+    RequestEncodingError,
+    RetryableError,
+    RetryPolicy,
+)
 
 
 class RewardServerError(RuntimeError):
-    """The reward server did not give a valid answer before the deadline."""
+    """The reward server did not give a valid answer before the deadline, or refused the sample."""
+
+
+class RewardRequestError(ValueError):
+    """The sample cannot be sent as JSON (e.g. a NaN or Infinity in the label or metadata): fix the data."""
 
 
 @dataclass(frozen=True)
@@ -27,8 +36,17 @@ class RewardResult:
     extra_logs: dict[str, float]
 
 
+def _parse(data: Any) -> RewardResult:
+    logs = {k: float(v[0]) for k, v in data.get("extra_logs", {}).items()}
+    return RewardResult(float(data["rewards"][0]), float(data["scores"][0]), logs)
+
+
 class RewardClient:
-    """Posts finished episodes to one or several reward servers (comma-separated URLs, round robin)."""
+    """Posts finished episodes to one or several reward servers (comma-separated URLs, round robin).
+
+    At most `max_connections` requests are in flight; the others wait their turn without their
+    `timeout_s` (the time one answer may take) running. `deadline_s` bounds the whole call, waits included.
+    """
 
     def __init__(
         self,
@@ -43,39 +61,28 @@ class RewardClient:
             raise ValueError("reward server: no URL given (e.g. http://127.0.0.1:8001)")
         self._next = itertools.cycle(self.urls)
         self.deadline_s = deadline_s
+        self._retry = RetryPolicy(retries=None, deadline_s=deadline_s, backoff_s=0.2, backoff_max_s=5.0)
         headers = {"Authorization": f"Bearer {token}"} if token else None
-        self._client = httpx.AsyncClient(
-            timeout=timeout_s, headers=headers, limits=httpx.Limits(max_connections=max_connections)
-        )
+        self._http = HttpSession(timeout_s=timeout_s, max_in_flight=max_connections, headers=headers)
 
     async def score(
         self, query: str, prompt: str, label: Any, metadata: Mapping[str, Any] | None = None
     ) -> RewardResult:
         body = {"query": [query], "prompts": [prompt], "labels": [label], "metadata": [dict(metadata or {})]}
-        start = time.monotonic()
-        delay = 0.2
-        last: str = "no attempt"
-        while True:
-            url = next(self._next)
-            try:
-                resp = await self._client.post(f"{url}/get_reward", json=body)
-                if resp.status_code < 400:
-                    data = resp.json()
-                    logs = {k: float(v[0]) for k, v in data.get("extra_logs", {}).items()}
-                    return RewardResult(float(data["rewards"][0]), float(data["scores"][0]), logs)
-                if 400 <= resp.status_code < 500 and resp.status_code not in (408, 429):
-                    # The request itself is wrong: retrying cannot help, and guessing a reward would hide it.
-                    raise RewardServerError(f"{url}/get_reward refused the sample: {resp.status_code} {resp.text}")
-                last = f"HTTP {resp.status_code}"
-            except (httpx.TransportError, ValueError, KeyError, IndexError) as e:
-                last = f"{type(e).__name__}: {e}"
-            if time.monotonic() - start + delay > self.deadline_s:
-                raise RewardServerError(
-                    f"reward server {', '.join(self.urls)} gave no valid answer within {self.deadline_s:.0f}s "
-                    f"(last: {last}); stopping rather than training on made-up rewards"
-                )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        try:
+            return await self._http.call_json(
+                "POST", lambda: f"{next(self._next)}/get_reward", body, parse=_parse, retry=self._retry
+            )
+        except RequestEncodingError as e:
+            raise RewardRequestError(f"the reward request cannot be sent: {e}") from None
+        except HttpRefusedError as e:
+            # The request itself is wrong: retrying cannot help, and guessing a reward would hide it.
+            raise RewardServerError(f"{e.url} refused the sample: {e.status} {e.text[:500]}") from None
+        except RetryableError as e:
+            raise RewardServerError(
+                f"reward server {', '.join(self.urls)} gave no valid answer within {self.deadline_s:.0f}s "
+                f"({e.tries} tries; last: {e}); stopping rather than training on made-up rewards"
+            ) from None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()

@@ -31,6 +31,10 @@ class SearchAuthError(SearchError):
     """The search service refused the credentials (HTTP 401/403): every later search would fail too."""
 
 
+class SearchAuthError(SearchError):
+    """The retrieval server refused the token (401/403); retrying cannot help: set the right token."""
+
+
 @runtime_checkable
 class SearchBackend(Protocol):
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:

@@ -4,85 +4,91 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import TYPE_CHECKING
-
-import httpx
-from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
+from typing import TYPE_CHECKING, Any
 
 from search_backend.base import Passage, SearchAuthError, SearchError
+from search_backend.http_transport import (
+    HttpRefusedError,
+    HttpSession,
+    RequestEncodingError,
+    RetryableError,
+    RetryPolicy,
+)
 
 if TYPE_CHECKING:
     from search_backend.config import SearchConfig
 
 
-class _Retryable(Exception):
-    """A failure another try (on the next server) may fix: connection trouble, timeout, 5xx, 429."""
+def _results(body: Any) -> list:
+    results = body["results"]
+    if not isinstance(results, list):
+        raise TypeError("results is not a list")
+    return results
 
 
 class HttpSearchBackend:
-    def __init__(self, urls: str | list[str], timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.5,
-                 backoff_max_s: float = 8.0, token: str | None = None, max_connections: int = 256) -> None:
+    """At most `max_connections` searches in flight; the others wait their turn without their `timeout_s`
+    running. 401/403 raise SearchAuthError and other 4xx SearchError at once; 5xx, 429 and connection
+    trouble are retried `retries` times (Retry-After honoured), each try on the next server."""
+
+    def __init__(
+        self,
+        urls: str | list[str],
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        token: str | None = None,
+        max_connections: int = 256,
+    ) -> None:
         self.urls = [u.strip().rstrip("/") for u in (urls.split(",") if isinstance(urls, str) else urls) if u.strip()]
         if not self.urls:
             raise ValueError("urls: at least one retrieval server URL is required")
         self.retries = retries
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
-        self._next = itertools.cycle(range(len(self.urls)))
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # One pooled client for the backend's lifetime: a client per call would pay a TCP handshake each time.
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s), headers=headers,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+        self._next = itertools.cycle(self.urls)
+        self._retry = RetryPolicy(retries=retries, backoff_s=backoff_s, backoff_max_s=backoff_max_s)
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        # One pooled session for the backend's lifetime: a session per call would pay a TCP handshake each time.
+        self._http = HttpSession(timeout_s=timeout_s, max_in_flight=max_connections, headers=headers)
 
     @classmethod
     def from_config(cls, config: SearchConfig) -> HttpSearchBackend:
-        return cls(config.urls, timeout_s=config.timeout_s, retries=config.retries, backoff_s=config.backoff_s,
-                   backoff_max_s=config.backoff_max_s, token=os.environ.get(config.token_env))
-
-    async def _post_once(self, payload: dict) -> dict:
-        url = self.urls[next(self._next)] + "/search"
-        try:
-            response = await self._client.post(url, json=payload)
-        except httpx.HTTPError as exc:
-            raise _Retryable(f"{url}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 500 or response.status_code == 429:
-            raise _Retryable(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
-        if response.status_code in (401, 403):
-            raise SearchAuthError(f"{url} refused the credentials: HTTP {response.status_code}; set the retrieval "
-                                  "server's token in search.token_env's variable (default $SEARCHRL_SEARCH_TOKEN)")
-        if response.status_code >= 400:
-            raise SearchError(f"{url} refused the request: HTTP {response.status_code}: {response.text[:500]}")
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise _Retryable(f"{url}: response is not JSON") from exc
+        return cls(
+            config.urls,
+            timeout_s=config.timeout_s,
+            retries=config.retries,
+            backoff_s=config.backoff_s,
+            backoff_max_s=config.backoff_max_s,
+            token=os.environ.get(config.token_env),
+        )
 
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
         if not queries:
             return []
         payload = {"queries": queries, "top_k": top_k}
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retries + 1),
-            wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
-            retry=retry_if_exception_type(_Retryable),
-        )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    body = await self._post_once(payload)
-        except RetryError as exc:
-            cause = exc.last_attempt.exception()
-            raise SearchError(f"search failed after {self.retries + 1} tries: {cause}") from cause
+            results = await self._http.call_json(
+                "POST", lambda: f"{next(self._next)}/search", payload, parse=_results, retry=self._retry
+            )
+        except RequestEncodingError as exc:
+            raise SearchError(f"search not sent: {exc}") from None
+        except HttpRefusedError as exc:
+            kind = SearchAuthError if exc.status in (401, 403) else SearchError
+            hint = " (check the token: search.token_env)" if kind is SearchAuthError else ""
+            raise kind(f"{exc.url} refused the request{hint}: HTTP {exc.status}: {exc.text[:500]}") from None
+        except RetryableError as exc:
+            raise SearchError(f"search failed after {exc.tries} tries: {exc}") from None
         try:
-            results = body["results"]
-            return [[Passage(str(p["id"]), p["title"], p["text"], float(p["score"])) for p in hits]
-                    for hits in results]
+            return [
+                [Passage(str(p["id"]), p["title"], p["text"], float(p["score"])) for p in hits] for hits in results
+            ]
         except (KeyError, TypeError, ValueError) as exc:
             raise SearchError(f"malformed search response: {exc!r}") from exc
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
     async def __aenter__(self) -> HttpSearchBackend:
         return self

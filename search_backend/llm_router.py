@@ -10,11 +10,17 @@ from __future__ import annotations
 import asyncio
 import os
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
-from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from search_backend.base import Passage, SearchError
+from search_backend.base import Passage, SearchAuthError, SearchError
+from search_backend.http_transport import (
+    HttpRefusedError,
+    HttpSession,
+    RequestEncodingError,
+    RetryableError,
+    RetryPolicy,
+    json_object,
+)
 
 INSTRUCTION = "Answer the question briefly and factually, in a few sentences at most."
 
@@ -39,15 +45,12 @@ class RouterConfig(BaseModel):
     retries: int = Field(2, ge=0)
 
 
-class _Retryable(Exception):
-    pass
-
-
 class LLMRouterBackend:
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
         self.models = {m.name: m for m in config.models}
-        self._client = httpx.AsyncClient(timeout=config.timeout_s)
+        self._http = HttpSession(timeout_s=config.timeout_s, max_in_flight=256)
+        self._retry = RetryPolicy(retries=config.retries, backoff_s=0.2, backoff_max_s=5.0)
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> LLMRouterBackend:
@@ -68,35 +71,22 @@ class LLMRouterBackend:
             "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": question}],
         }
 
-        async def once() -> dict:
-            try:
-                resp = await self._client.post(
-                    f"{model.base_url.rstrip('/')}/chat/completions",
-                    json=body,
-                    headers={"Authorization": f"Bearer {key}"} if key else None,
-                )
-            except httpx.HTTPError as e:
-                raise _Retryable(f"{model.name}: {type(e).__name__}") from e
-            if resp.status_code == 429 or resp.status_code >= 500:
-                raise _Retryable(f"{model.name}: HTTP {resp.status_code}")
-            if resp.status_code >= 400:
-                raise SearchError(f"{model.name} refused the question: HTTP {resp.status_code}")
-            try:
-                return resp.json()
-            except ValueError as e:
-                raise _Retryable(f"{model.name}: the answer is not JSON") from e
-
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.config.retries + 1),
-                wait=wait_exponential(multiplier=0.2, max=5),
-                retry=retry_if_exception_type(_Retryable),
-                reraise=False,
-            ):
-                with attempt:
-                    data = await once()
-        except RetryError as e:
-            raise SearchError(f"{e.last_attempt.exception()} (after {self.config.retries + 1} tries)") from None
+            data = await self._http.call_json(
+                "POST",
+                f"{model.base_url.rstrip('/')}/chat/completions",
+                body,
+                parse=json_object,
+                retry=self._retry,
+                headers={"Authorization": f"Bearer {key}"} if key else None,
+            )
+        except RequestEncodingError as e:
+            raise SearchError(f"{model.name}: question not sent: {e}") from None
+        except HttpRefusedError as e:
+            kind = SearchAuthError if e.status in (401, 403) else SearchError
+            raise kind(f"{model.name} refused the question: HTTP {e.status}") from None
+        except RetryableError as e:
+            raise SearchError(f"{model.name}: {e} (after {e.tries} tries)") from None
         try:
             text = str(data["choices"][0]["message"]["content"]).strip()
         except (KeyError, IndexError, TypeError):
@@ -128,4 +118,4 @@ class LLMRouterBackend:
         return list(await asyncio.gather(*(one(q) for q in queries)))
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()

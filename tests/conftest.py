@@ -19,12 +19,13 @@ ROOT = Path(__file__).parent.parent
 
 
 @contextmanager
-def serve(app, port: int | None = None, **options) -> Iterator[str]:
-    """Run an ASGI app with uvicorn in a background thread; yields its base URL. `options` go to uvicorn.Config."""
+def serve(app, port: int | None = None, **uvicorn_options) -> Iterator[str]:
+    """Run an ASGI app with uvicorn in a background thread; yields its base URL. `uvicorn_options` go to
+    uvicorn.Config (e.g. `timeout_keep_alive=1`, so idle connections go stale within a test)."""
     from rollout.service import free_port
 
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, **options)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, **uvicorn_options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

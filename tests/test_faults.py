@@ -139,3 +139,239 @@ def test_build_crashing_while_writing_the_index_is_never_loaded_and_resumes(tmp_
     build(out=out, **build_kwargs())
     assert (out / "index.faiss").read_bytes() == (reference / "index.faiss").read_bytes()
     assert LocalFaissBackend(out).search_sync(["Fort Hood shooting"], 3)
+
+
+def _reward_samples(n: int) -> tuple[list[tuple[str, str, str]], list[tuple[float, float]]]:
+    """n distinct single-sample requests over R1-Searcher's trajectories, with their in-process reward and score."""
+    import json
+
+    from eval.metrics import as_golds
+    from reward_server.scoring import score_solution
+    from reward_server.spec import PRESETS
+    from tests.conftest import FIXTURES
+
+    records = [json.loads(line) for line in (FIXTURES / "r1searcher" / "hotpotqa_llama.jsonl").open()]
+    spec = PRESETS["r1searcher-qwen-stage2"]
+    scored = {i: score_solution(r["gen_text_store"], as_golds(r["answer"]), spec) for i, r in enumerate(records)}
+    samples, expected = [], []
+    for i in range(n):
+        r = records[i % len(records)]
+        prompt = f"User:{i}. {r['question']}\nAssistant: <think>"
+        samples.append((prompt + r["gen_text_store"], prompt, r["answer"]))
+        expected.append((scored[i % len(records)].reward, scored[i % len(records)].score))
+    return samples, expected
+
+
+async def _burst(call, total: int, concurrency: int = 1000) -> list:
+    results: list = [None] * total
+    next_i = 0
+
+    async def caller() -> None:
+        nonlocal next_i
+        while next_i < total:
+            i = next_i
+            next_i += 1
+            try:
+                results[i] = await call(i)
+            except Exception as exc:  # noqa: BLE001 - the test sorts outcomes afterwards
+                results[i] = exc
+
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return results
+
+
+def test_reward_server_killed_and_restarted_mid_burst_at_concurrency_1000(tmp_path):
+    """2,000 episodes' rewards through the agent's client, 1,000 in flight; the server is killed once 400
+    are answered and restarted a second later: every reward arrives, equal to the in-process one, and every
+    sample the two servers scored more than once got the same reward each time."""
+    import json
+
+    port = free_port()
+    # One score log per server process: the killed one may leave a torn last line, which must not run into
+    # the first line of its successor.
+    logs = [tmp_path / "scored-1.jsonl", tmp_path / "scored-2.jsonl"]
+
+    def args(n: int) -> list[str]:
+        return ["--preset", "r1searcher-qwen-stage2", "--log-jsonl", str(logs[n])]
+
+    samples, expected = _reward_samples(2000)
+    procs = [start_module("reward_server", args(0), port, tmp_path / "reward.log")]
+
+    async def run():
+        client = RewardClient(f"http://127.0.0.1:{port}", deadline_s=120)
+        answered = 0
+
+        async def call(i):
+            nonlocal answered
+            result = await client.score(*samples[i])
+            answered += 1
+            return result
+
+        async def kill_then_restart() -> int:
+            while answered < 400:
+                await asyncio.sleep(0.01)
+            procs[-1].kill()
+            await asyncio.to_thread(procs[-1].wait)
+            at = answered
+            await asyncio.sleep(1.0)
+            procs.append(
+                await asyncio.to_thread(start_module, "reward_server", args(1), port, tmp_path / "reward.log")
+            )
+            return at
+
+        try:
+            killer = asyncio.create_task(kill_then_restart())
+            results = await asyncio.wait_for(_burst(call, len(samples)), timeout=150)
+            return results, await killer
+        finally:
+            await client.aclose()
+
+    try:
+        results, killed_at = asyncio.run(run())
+    finally:
+        for p in procs:
+            stop(p)
+    assert killed_at < len(samples)  # the kill landed mid-burst
+    assert [i for i, r in enumerate(results) if isinstance(r, Exception)] == []
+    assert [(r.reward, r.score) for r in results] == expected
+    seen: dict[str, set] = {}
+    for n, log in enumerate(logs):
+        lines = log.read_text(encoding="utf-8").split("\n")
+        for i, line in enumerate(lines):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                # Only the killed server's unfinished last write may be torn (its answer was never sent).
+                assert (n, i) == (0, len(lines) - 1) or not line
+                continue
+            seen.setdefault(record["query"], set()).add((record["reward"], record["score"]))
+    assert len(seen) == len(samples) and all(len(v) == 1 for v in seen.values())
+
+
+def test_reward_server_gone_mid_burst_fails_every_waiting_call_within_the_deadline(tmp_path):
+    port = free_port()
+    samples, expected = _reward_samples(1000)
+    proc = start_module("reward_server", ["--preset", "r1searcher-qwen-stage2"], port, tmp_path / "reward.log")
+
+    async def run():
+        client = RewardClient(f"http://127.0.0.1:{port}", deadline_s=3, timeout_s=60)
+        answered = 0
+
+        async def call(i):
+            nonlocal answered
+            result = await client.score(*samples[i])
+            answered += 1
+            return result
+
+        async def kill() -> None:
+            while answered < 300:
+                await asyncio.sleep(0.01)
+            proc.kill()
+
+        try:
+            killer = asyncio.create_task(kill())
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            results = await asyncio.wait_for(_burst(call, len(samples)), timeout=120)
+            await killer
+            return results, loop.time() - t0
+        finally:
+            await client.aclose()
+
+    try:
+        results, elapsed = asyncio.run(run())
+    finally:
+        stop(proc)
+    failed = [r for r in results if isinstance(r, Exception)]
+    answered = [(i, r) for i, r in enumerate(results) if not isinstance(r, Exception)]
+    assert failed and answered
+    assert all(isinstance(e, RewardServerError) and "made-up rewards" in str(e) for e in failed)
+    assert all((r.reward, r.score) == expected[i] for i, r in answered)
+    # Each waiting call gives up at its 3 s deadline; none waits out the 60 s request timeout.
+    assert elapsed < 60
+
+
+# The real retrieval server app over a backend that echoes its queries: it starts in a second, so a burst can
+# meet a kill and a restart without the suite paying for the encoder twice (the mid-batch test above uses the
+# real index).
+ECHO_SEARCH_SERVER = """
+import sys, uvicorn
+from search_backend.serve import ServerConfig, create_app
+from tests.test_clients_under_load import EchoBackend
+app = create_app(ServerConfig(token="", cache_size=0), backend=EchoBackend())
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+
+def _echo_search_server(port: int):
+    import subprocess
+    import sys
+
+    from rollout.service import wait_healthy
+    from tests.conftest import ROOT
+
+    proc = subprocess.Popen([sys.executable, "-c", ECHO_SEARCH_SERVER, str(port)], cwd=ROOT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", 60, proc)
+    except Exception:
+        proc.kill()
+        raise
+    return proc
+
+
+def test_retrieval_server_killed_and_restarted_mid_burst_at_concurrency_1000():
+    """2,000 distinct searches through the training client, 1,000 in flight; the server is killed once 300
+    are answered and restarted a second later. Every search is either right or a SearchError (which the
+    environment shows the policy as a failed search); nothing is wrong, nothing hangs, and once the server is
+    back every search is right."""
+    from search_backend.base import SearchError
+
+    port = free_port()
+    queries = [f"distinct question number {i}" for i in range(3000)]
+    procs = [_echo_search_server(port)]
+
+    async def run():
+        backend = HttpSearchBackend(f"http://127.0.0.1:{port}", timeout_s=60, retries=3, backoff_s=0.5)
+        answered = 0
+
+        async def call(i):
+            nonlocal answered
+            hits = await backend.search([queries[i]], 2)
+            answered += 1
+            return hits
+
+        async def kill_then_restart() -> int:
+            while answered < 300:
+                await asyncio.sleep(0.01)
+            procs[-1].kill()
+            await asyncio.to_thread(procs[-1].wait)
+            at = answered
+            await asyncio.sleep(1.0)
+            procs.append(await asyncio.to_thread(_echo_search_server, port))
+            return at
+
+        try:
+            killer = asyncio.create_task(kill_then_restart())
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            during = await asyncio.wait_for(_burst(call, 2000), timeout=120)
+            elapsed = loop.time() - t0
+            killed_at = await killer
+            after = await asyncio.wait_for(_burst(lambda i: call(2000 + i), 1000), timeout=120)
+            return during + after, killed_at, elapsed
+        finally:
+            await backend.aclose()
+
+    try:
+        results, killed_at, elapsed = asyncio.run(run())
+    finally:
+        for p in procs:
+            stop(p)
+    assert killed_at < 2000
+    failed = [r for r in results if isinstance(r, Exception)]
+    assert all(isinstance(e, SearchError) and "after 4 tries" in str(e) for e in failed)
+    assert not any(isinstance(r, Exception) for r in results[2000:])
+    for q, r in zip(queries, results, strict=True):
+        if not isinstance(r, Exception):
+            assert [p.id for p in r[0]] == [f"{q}#0", f"{q}#1"]
+    assert elapsed < 60  # a few quick tries each, never a wait for the 60 s request timeout

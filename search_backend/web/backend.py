@@ -11,6 +11,13 @@ from typing import Any
 import httpx
 
 from search_backend.base import Passage, normalise_query
+from search_backend.http_transport import (
+    HttpSession,
+    RequestEncodingError,
+    RetryableError,
+    encode_json,
+    with_retries,
+)
 from search_backend.web.brave import BraveProvider
 from search_backend.web.cache import WebCache, cache_key
 from search_backend.web.config import WebSearchConfig
@@ -21,12 +28,12 @@ from search_backend.web.errors import (
     MalformedResponseError,
     ProviderError,
     ProviderRefusedError,
+    WebSearchError,
 )
 from search_backend.web.exa import ExaProvider
 from search_backend.web.fetch import FetchPolicy, fetch_page
 from search_backend.web.provider import Hit, Provider
 from search_backend.web.ratelimit import TokenBucket
-from search_backend.web.retry import RetryableError, parse_retry_after, with_retries
 from search_backend.web.searxng import SearxngProvider
 from search_backend.web.serper import SerperProvider
 from search_backend.web.summarize import INSTRUCTION, Summarizer
@@ -48,12 +55,27 @@ class _Malformed(RetryableError):
 
 
 class WebSearchBackend:
-    def __init__(self, provider: Provider, *, site: str | None = None, top_k: int = 3, fetch_pages: bool = False,
-                 fetch_policy: FetchPolicy | None = None, max_page_chars: int = 3000, max_concurrent_fetches: int = 8,
-                 summarizer: Summarizer | None = None, cache: WebCache | None = None, replay_only: bool = False,
-                 rate_limit_per_s: float | None = 1.0, rate_limit_burst: int = 1, retries: int = 3,
-                 backoff_s: float = 0.5, backoff_max_s: float = 8.0, retry_after_max_s: float = 60.0,
-                 timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        site: str | None = None,
+        top_k: int = 3,
+        fetch_pages: bool = False,
+        fetch_policy: FetchPolicy | None = None,
+        max_page_chars: int = 3000,
+        max_concurrent_fetches: int = 8,
+        summarizer: Summarizer | None = None,
+        cache: WebCache | None = None,
+        replay_only: bool = False,
+        rate_limit_per_s: float | None = 1.0,
+        rate_limit_burst: int = 1,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        retry_after_max_s: float = 60.0,
+        timeout_s: float = 30.0,
+    ) -> None:
         if summarizer is not None and not fetch_pages:
             raise ValueError("summarizer: needs fetch_pages=True")
         if replay_only and cache is None:
@@ -68,43 +90,78 @@ class WebSearchBackend:
         self.cache = cache
         self.replay_only = replay_only
         self.provider_calls = 0
-        self._retry = {"retries": retries, "backoff_s": backoff_s, "backoff_max_s": backoff_max_s,
-                       "retry_after_max_s": retry_after_max_s}
+        self._retry = {
+            "retries": retries,
+            "backoff_s": backoff_s,
+            "backoff_max_s": backoff_max_s,
+            "retry_after_max_s": retry_after_max_s,
+        }
         self._bucket = TokenBucket(rate_limit_per_s, rate_limit_burst)
         # One bound for fetches and summaries alike: a large batch must not open hundreds of pages or LLM calls.
         self._page_slots = asyncio.Semaphore(max_concurrent_fetches)
         self._inflight: dict[str, asyncio.Future[list[Passage]]] = {}
-        # Keys travel per request, never as client defaults, so the page client below can never send one.
-        self._api = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s))
-        self._pages = httpx.AsyncClient(timeout=httpx.Timeout(self.fetch_policy.timeout_s), trust_env=False,
-                                        follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0))
+        # Keys travel per request, never as session defaults, so the page client below can never send one.
+        self._api = HttpSession(timeout_s=timeout_s)
+        self._pages = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.fetch_policy.timeout_s),
+            trust_env=False,
+            follow_redirects=False,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
 
     @classmethod
     def from_config(cls, config: WebSearchConfig) -> WebSearchBackend:
-        provider = PROVIDERS[config.provider].from_env(config.base_url, config.api_key_env,
-                                                       require_key=not config.replay_only)
+        provider = PROVIDERS[config.provider].from_env(
+            config.base_url, config.api_key_env, require_key=not config.replay_only
+        )
         summarizer = None
         if config.summarize:
-            summarizer = Summarizer(config.summarizer_base_url, config.summarizer_model,
-                                    os.environ.get(config.summarizer_api_key_env),
-                                    key_env=config.summarizer_api_key_env, timeout_s=config.timeout_s,
-                                    retries=config.retries, backoff_s=config.backoff_s,
-                                    backoff_max_s=config.backoff_max_s, retry_after_max_s=config.retry_after_max_s)
-        policy = FetchPolicy(max_bytes=config.fetch_max_bytes, timeout_s=config.fetch_timeout_s,
-                             max_redirects=config.fetch_max_redirects, allow_private=config.allow_private)
-        return cls(provider, site=config.site, top_k=config.top_k, fetch_pages=config.fetch_pages,
-                   fetch_policy=policy, max_page_chars=config.max_page_chars,
-                   max_concurrent_fetches=config.max_concurrent_fetches, summarizer=summarizer,
-                   cache=WebCache(config.cache_path) if config.cache_path else None,
-                   replay_only=config.replay_only, rate_limit_per_s=config.rate_limit_per_s,
-                   rate_limit_burst=config.rate_limit_burst, retries=config.retries, backoff_s=config.backoff_s,
-                   backoff_max_s=config.backoff_max_s, retry_after_max_s=config.retry_after_max_s,
-                   timeout_s=config.timeout_s)
+            summarizer = Summarizer(
+                config.summarizer_base_url,
+                config.summarizer_model,
+                os.environ.get(config.summarizer_api_key_env),
+                key_env=config.summarizer_api_key_env,
+                timeout_s=config.timeout_s,
+                retries=config.retries,
+                backoff_s=config.backoff_s,
+                backoff_max_s=config.backoff_max_s,
+                retry_after_max_s=config.retry_after_max_s,
+            )
+        policy = FetchPolicy(
+            max_bytes=config.fetch_max_bytes,
+            timeout_s=config.fetch_timeout_s,
+            max_redirects=config.fetch_max_redirects,
+            allow_private=config.allow_private,
+        )
+        return cls(
+            provider,
+            site=config.site,
+            top_k=config.top_k,
+            fetch_pages=config.fetch_pages,
+            fetch_policy=policy,
+            max_page_chars=config.max_page_chars,
+            max_concurrent_fetches=config.max_concurrent_fetches,
+            summarizer=summarizer,
+            cache=WebCache(config.cache_path) if config.cache_path else None,
+            replay_only=config.replay_only,
+            rate_limit_per_s=config.rate_limit_per_s,
+            rate_limit_burst=config.rate_limit_burst,
+            retries=config.retries,
+            backoff_s=config.backoff_s,
+            backoff_max_s=config.backoff_max_s,
+            retry_after_max_s=config.retry_after_max_s,
+            timeout_s=config.timeout_s,
+        )
 
     def cache_options(self, top_k: int) -> dict[str, Any]:
         """Everything besides provider and query that changes an answer; the cache key is built from it."""
-        options: dict[str, Any] = {"site": self.site, "count": top_k, "fetch": self.fetch_pages,
-                                   "summarize": self.summarizer is not None, "model": None}
+        options: dict[str, Any] = {
+            "site": self.site,
+            "count": top_k,
+            "fetch": self.fetch_pages,
+            "summarize": self.summarizer is not None,
+            "model": None,
+        }
         if self.fetch_pages and self.summarizer is None:
             options["max_page_chars"] = self.max_page_chars
         if self.summarizer is not None:
@@ -150,20 +207,26 @@ class WebSearchBackend:
     async def _ask_once(self, query: str, top_k: int) -> list[Hit]:
         request = self.provider.request(query, top_k, self.site, self.fetch_pages)
         name = self.provider.name
+        try:
+            body = None if request.json is None else encode_json(request.json)
+        except RequestEncodingError as exc:
+            raise WebSearchError(f"{name}: search not sent: {exc}") from None
         await self._bucket.acquire()
         self.provider_calls += 1
         try:
-            response = await self._api.request(request.method, request.url, headers=request.headers,
-                                                params=request.params, json=request.json)
-        except httpx.HTTPError as exc:
-            raise RetryableError(f"{name}: {type(exc).__name__} talking to {self.provider.base_url}") from None
-        if response.status_code == 429 or response.status_code >= 500:
-            raise RetryableError(f"{name}: HTTP {response.status_code}",
-                                 parse_retry_after(response.headers.get("retry-after")))
-        if response.status_code >= 400:
-            raise ProviderRefusedError(f"{name} refused the request: HTTP {response.status_code}"
-                                       f"{self.provider.refusal_hint(response.status_code)}: "
-                                       f"{self._redact(response.text[:300])}")
+            response = await self._api.send(
+                request.method, request.url, body=body, params=request.params, headers=request.headers
+            )
+        except RetryableError as exc:
+            raise RetryableError(self._redact(f"{name}: {exc}")) from None
+        if response.status == 429 or response.status >= 500:
+            raise RetryableError(f"{name}: HTTP {response.status}", response.retry_after_s)
+        if response.status >= 400:
+            raise ProviderRefusedError(
+                f"{name} refused the request: HTTP {response.status}"
+                f"{self.provider.refusal_hint(response.status)}: "
+                f"{self._redact(response.text[:300])}"
+            )
         try:
             return self.provider.parse(response.json())
         except ValueError as exc:
@@ -183,8 +246,10 @@ class WebSearchBackend:
         texts: list[tuple[str, bool]] = [(hit.text, True) for hit in hits]
         if self.fetch_pages:
             texts = list(await asyncio.gather(*(self._page_text(query, hit) for hit in hits)))
-        passages = [Passage(hit.url, hit.title, text, hit.score if hit.score is not None else 1.0 / (rank + 1))
-                    for rank, (hit, (text, _)) in enumerate(zip(hits, texts, strict=True))]
+        passages = [
+            Passage(hit.url, hit.title, text, hit.score if hit.score is not None else 1.0 / (rank + 1))
+            for rank, (hit, (text, _)) in enumerate(zip(hits, texts, strict=True))
+        ]
         if all(hit.score is not None for hit in hits):
             passages.sort(key=lambda p: -p.score)
         return passages, all(ok for _, ok in texts)
