@@ -15,7 +15,7 @@ from eval.metrics import as_golds, normalize_answer
 from rollout.config import EpisodeConfig
 from rollout.protocol import format_documents, last_query, split_queries
 from rollout.reward_client import RewardClient, RewardResult
-from search_backend.base import Passage, SearchAuthError, SearchBackend, SearchError, r1_text
+from search_backend.base import Passage, SearchBackend, SearchError, r1_text
 
 SEARCH_FAILED = "The search failed ({reason}); no documents are available for this query."
 NOTHING_FOUND = "No documents were found for this query."
@@ -95,10 +95,8 @@ class SearchEnvironment:
                 texts = [self._block_texts(qs, g) for qs, g in zip(split, grouped, strict=True)]
                 costs = [sum(p.cost for hits in g for p in hits) for g in grouped]
                 failed = False
-            except SearchAuthError:
-                # Credentials are wrong for every search of the run: stop now, not after a run of failures.
-                raise
             except SearchError as e:
+                # Wrong credentials or a replay miss: every later search would fail too, so stop now.
                 if e.ends_run:
                     raise
                 # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.

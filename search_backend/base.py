@@ -28,11 +28,10 @@ class SearchError(RuntimeError):
 
 
 class SearchAuthError(SearchError):
-    """The search service refused the credentials (HTTP 401/403): every later search would fail too."""
+    """The search service refused the credentials (HTTP 401/403): every later search would fail too, so
+    the run stops at once instead of training on "search failed" documents."""
 
-
-class SearchAuthError(SearchError):
-    """The retrieval server refused the token (401/403); retrying cannot help: set the right token."""
+    ends_run = True
 
 
 @runtime_checkable
