@@ -75,9 +75,12 @@ class HttpSearchBackend:
         except RequestEncodingError as exc:
             raise SearchError(f"search not sent: {exc}") from None
         except HttpRefusedError as exc:
-            kind = SearchAuthError if exc.status in (401, 403) else SearchError
-            hint = " (check the token: search.token_env)" if kind is SearchAuthError else ""
-            raise kind(f"{exc.url} refused the request{hint}: HTTP {exc.status}: {exc.text[:500]}") from None
+            if exc.status in (401, 403):
+                raise SearchAuthError(
+                    f"{exc.url} refused the credentials: HTTP {exc.status}; set the retrieval server's token in the "
+                    "variable search.token_env names (default $SEARCHRL_SEARCH_TOKEN) on the submitting shell"
+                ) from None
+            raise SearchError(f"{exc.url} refused the request: HTTP {exc.status}: {exc.text[:500]}") from None
         except RetryableError as exc:
             raise SearchError(f"search failed after {exc.tries} tries: {exc}") from None
         try:
