@@ -57,6 +57,14 @@ def raw_rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
+def unsorted_rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
+    """The previous builder's way: one encode call per batch_size passages in corpus order (no length sort)."""
+    started = time.perf_counter()
+    for lo in range(0, len(texts), batch_size):
+        encoder.encode_passages(texts[lo : lo + batch_size], batch_size=batch_size)
+    return len(texts) / (time.perf_counter() - started)
+
+
 def builder_rate(corpus: Path, model: str, device: str, batch_size: int, work: Path) -> tuple[float, dict]:
     out = work / "index"
     shutil.rmtree(out, ignore_errors=True)
@@ -66,21 +74,26 @@ def builder_rate(corpus: Path, model: str, device: str, batch_size: int, work: P
     return manifest["passages"] / seconds, timing
 
 
-def measure(device: str, rows: list[dict], model: str, batch_size: int, rounds: int, work: Path) -> dict:
+def measure(
+    device: str, rows: list[dict], model: str, batch_size: int, rounds: int, work: Path, with_unsorted: bool
+) -> dict:
     corpus = work / "slice.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     texts = [passage_text(r.get("title", ""), r["text"]) for r in rows]
     encoder = Encoder(model, device="cuda:0" if device == "cuda" else device)
     encoder.model.encode(texts[:batch_size], batch_size=batch_size, show_progress_bar=False)  # warm-up
-    raw, built, timings = [], [], []
+    raw, built, timings, unsorted = [], [], [], []
     for i in range(rounds):
         raw.append(raw_rate(encoder, texts, batch_size))
         rate, timing = builder_rate(corpus, model, device, batch_size, work)
         built.append(rate)
         timings.append(timing)
+        if with_unsorted:
+            unsorted.append(unsorted_rate(encoder, texts, batch_size))
+        extra = f", previous builder's per-batch calls {unsorted[-1]:.1f}" if unsorted else ""
         print(
             f"{device} round {i + 1}: raw {raw[-1]:.1f} passages/s, builder {built[-1]:.1f} passages/s "
-            f"({built[-1] / raw[-1]:.3f}x)",
+            f"({built[-1] / raw[-1]:.3f}x){extra}",
             flush=True,
         )
     ratios = [b / r for b, r in zip(built, raw, strict=True)]
@@ -97,6 +110,10 @@ def measure(device: str, rows: list[dict], model: str, batch_size: int, rounds: 
         "ratio_of_medians": round(statistics.median(built) / statistics.median(raw), 3),
         "median_ratio": round(statistics.median(ratios), 3),
         "builder_model_load_seconds": timings[-1]["model_load_seconds"],
+        "unsorted_per_batch_passages_per_s": [round(u, 2) for u in unsorted],
+        "unsorted_ratio_of_medians": round(statistics.median(unsorted) / statistics.median(raw), 3)
+        if unsorted
+        else None,
     }
 
 
@@ -109,6 +126,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", default="cpu", help="comma list of cpu and/or cuda")
     p.add_argument("--batch-size", type=int, default=None, help=f"default 64 on CPU, {GPU_BATCH} on GPU")
     p.add_argument("--rounds", type=int, default=3, help="alternating raw/builder rounds per device")
+    p.add_argument(
+        "--no-unsorted",
+        action="store_true",
+        help="skip the reference run of the previous builder's way (per-batch calls, corpus order)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "encode.json")
     return p
 
@@ -134,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     for device in [d.strip() for d in args.devices.split(",") if d.strip()]:
         batch = args.batch_size or (GPU_BATCH if device == "cuda" else 64)
         with tempfile.TemporaryDirectory(prefix="searchrl-encode-") as work:
-            result["devices"].append(measure(device, rows, args.model, batch, args.rounds, Path(work)))
+            result["devices"].append(
+                measure(device, rows, args.model, batch, args.rounds, Path(work), not args.no_unsorted)
+            )
         print(json.dumps(result["devices"][-1]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -148,8 +148,39 @@ def trained(work: Path, kind: str, paths: list[Path], dim: int, nlist: int) -> t
 # --- one point, in its own process ------------------------------------------------------------------------
 
 
-def run_point(kind: str, n: int, work: Path, dim: int, nlist: int, exact_queries: int) -> dict:
+def build_point(kind: str, n: int, work: Path, dim: int, nlist: int) -> dict:
+    """Fill the (trained) index with the first n rows and save it; the exact type has nothing to build."""
     import faiss
+
+    paths = sorted((work / "data").glob("shard_*.npy"))
+    train_s, add_s = 0.0, 0.0
+    if kind != "exact":
+        if kind == "flat":
+            index = faiss.index_factory(dim, "Flat", faiss.METRIC_INNER_PRODUCT)
+        else:
+            path = work / f"trained_{kind}_{nlist}.faiss"
+            index = faiss.read_index(str(path))
+            train_s = json.loads(path.with_suffix(".json").read_text())["train_seconds"]
+        started = time.perf_counter()
+        for shard in paths:
+            take = min(SHARD_ROWS, n - index.ntotal)
+            if take <= 0:
+                break
+            index.add(np.ascontiguousarray(np.load(shard, mmap_mode="r")[:take], dtype=np.float32))
+        add_s = time.perf_counter() - started
+        faiss.write_index(index, str(work / "point.faiss"))
+    return {
+        "train_seconds": round(train_s, 2),
+        "add_seconds": round(add_s, 2),
+        "build_seconds": round(train_s + add_s, 2),
+        "build_peak_rss_bytes": rss()["VmHWM"],
+    }
+
+
+def serve_point(kind: str, n: int, work: Path, exact_queries: int) -> dict:
+    """Open the saved index as a server would (fresh process) and search: resident memory, q/s, recall."""
+    import faiss
+    import torch  # noqa: F401  (imported before the baseline: its own memory is not the index's)
 
     from search_backend.rerank_index import RerankIndex
     from search_backend.torch_exact import ShardedExactIndex
@@ -162,50 +193,53 @@ def run_point(kind: str, n: int, work: Path, dim: int, nlist: int, exact_queries
         queries, truth = queries[:exact_queries], truth[:exact_queries]
     gc.collect()
     before = rss()
-    started = time.perf_counter()
-    train_s = 0.0
     if kind == "exact":
         index = ShardedExactIndex(EmbeddingShards(paths), ["cpu"])
     else:
-        if kind == "flat":
-            base = faiss.index_factory(dim, "Flat", faiss.METRIC_INNER_PRODUCT)
-        else:
-            path = work / f"trained_{kind}_{nlist}.faiss"
-            base = faiss.read_index(str(path))
-            train_s = json.loads(path.with_suffix(".json").read_text())["train_seconds"]
-        for shard in paths:
-            block = np.load(shard, mmap_mode="r")
-            take = min(len(block), n - base.ntotal)
-            if take <= 0:
-                break
-            base.add(np.ascontiguousarray(block[:take], dtype=np.float32))
+        base = faiss.read_index(str(work / "point.faiss"))
         if kind != "flat":
             faiss.extract_index_ivf(base).nprobe = NPROBE
         index = RerankIndex(base, EmbeddingShards(paths), DEFAULT_RERANK_DEPTH) if kind == "compact" else base
-    add_s = time.perf_counter() - started
-    gc.collect()
-    built = rss()
+    loaded = rss()
     index.search(queries[:BATCH], 10)  # warm-up: thread pools, first page faults
     started = time.perf_counter()
     rows = np.concatenate([index.search(queries[i : i + BATCH], 10)[1] for i in range(0, len(queries), BATCH)])
     search_s = time.perf_counter() - started
     after = rss()
     return {
-        "type": kind,
-        "n": n,
-        "factory": factory_of(kind, dim, nlist),
-        "train_seconds": round(train_s, 2),
-        "add_seconds": round(add_s, 2),
-        "build_seconds": round(train_s + add_s, 2),
-        "rss_anon_bytes": built["RssAnon"] - before["RssAnon"],
-        "rss_file_bytes_after_search": after["RssFile"] - before["RssFile"],
+        "rss_anon_bytes": loaded["RssAnon"] - before["RssAnon"],
         "rss_anon_bytes_after_search": after["RssAnon"] - before["RssAnon"],
-        "peak_rss_bytes": after["VmHWM"],
+        "rss_file_bytes_after_search": after["RssFile"] - before["RssFile"],
+        "serve_peak_rss_bytes": after["VmHWM"],
         "queries": len(queries),
         "queries_per_s_batch64": round(len(queries) / search_s, 2),
         "one_recall_at_10": float(np.mean([truth[i, 0] in rows[i] for i in range(len(queries))])),
         "recall_10_at_10": float(np.mean([len(set(truth[i]) & set(rows[i])) / 10 for i in range(len(queries))])),
     }
+
+
+def run_phase(phase: str, kind: str, n: int, args: argparse.Namespace) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--point",
+        phase,
+        kind,
+        str(n),
+        "--work-dir",
+        str(args.work_dir),
+        "--dim",
+        str(args.dim),
+        "--nlist",
+        str(args.nlist),
+        "--exact-queries",
+        str(args.exact_queries),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{phase} of {kind} at {n} failed")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # --- kiltmini: the real embeddings ------------------------------------------------------------------------
@@ -387,10 +421,11 @@ def markdown(result: dict) -> str:
     ]
     for p in result["projection"]:
         gpu = f"{p['max_vectors_80gb_gpu'] / 1e6:.1f}M" if p["max_vectors_80gb_gpu"] else "n/a (CPU type)"
+        node = f"{p['max_vectors_24gib_node'] / 1e6:.1f}M" if p["max_vectors_24gib_node"] else "n/a"
         lines.append(
             f"| {p['type']} | {p['bytes_per_vector']:,.0f} | {p['memory_at_25m_gib']:,.1f} | "
             f"{p['build_hours_at_25m']} | {p['queries_per_s_at_25m']} | "
-            f"{p['max_vectors_24gib_node'] / 1e6:.1f}M | {gpu} |"
+            f"{node} | {gpu} |"
         )
     if result.get("kiltmini"):
         lines += [
@@ -431,7 +466,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "scale.json")
     p.add_argument("--png", type=Path, default=ROOT / "benchmarks" / "results" / "scale.png")
     p.add_argument("--markdown", action="store_true", help="print the README tables from --out and exit")
-    p.add_argument("--point", nargs=2, metavar=("TYPE", "N"), help=argparse.SUPPRESS)
+    p.add_argument("--point", nargs=3, metavar=("PHASE", "TYPE", "N"), help=argparse.SUPPRESS)
     return p
 
 
@@ -441,8 +476,11 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(json.loads(args.out.read_text())))
         return 0
     if args.point:
-        kind, n = args.point[0], int(args.point[1])
-        print(json.dumps(run_point(kind, n, args.work_dir, args.dim, args.nlist, args.exact_queries)))
+        phase, kind, n = args.point[0], args.point[1], int(args.point[2])
+        if phase == "build":
+            print(json.dumps(build_point(kind, n, args.work_dir, args.dim, args.nlist)))
+        else:
+            print(json.dumps(serve_point(kind, n, args.work_dir, args.exact_queries)))
         return 0
     import faiss
 
@@ -465,26 +503,10 @@ def main(argv: list[str] | None = None) -> int:
             if need > mem_available() * 0.8:
                 print(f"skip {kind} at {n}: needs ~{need / 2**30:.1f} GiB, {mem_available() / 2**30:.1f} available")
                 continue
-            cmd = [
-                sys.executable,
-                __file__,
-                "--point",
-                kind,
-                str(n),
-                "--work-dir",
-                str(args.work_dir),
-                "--dim",
-                str(args.dim),
-                "--nlist",
-                str(args.nlist),
-                "--exact-queries",
-                str(args.exact_queries),
-            ]
-            done_proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done_proc.returncode != 0:
-                print(done_proc.stderr[-2000:], file=sys.stderr)
-                raise SystemExit(f"point {kind} {n} failed")
-            point = json.loads(done_proc.stdout.strip().splitlines()[-1])
+            point = {"type": kind, "n": n, "factory": factory_of(kind, args.dim, args.nlist)}
+            point |= run_phase("build", kind, n, args)
+            point |= run_phase("serve", kind, n, args)
+            (args.work_dir / "point.faiss").unlink(missing_ok=True)
             print(json.dumps(point), flush=True)
             done.append(point)
             with partial.open("a") as handle:
