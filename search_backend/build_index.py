@@ -260,20 +260,20 @@ def encode_shards(
         "max_seq_length": max_seq_length,
     }
     previous = read_json(out / EMBED_INFO)
-    if previous is not None and {k: previous.get(k) for k in info} != info:
-        if previous.get("corpus_sha256") == checksum:
-            raise SystemExit(
-                f"{out / EMBED_DIR} holds shards made with {previous}, not {info}; use another --out "
-                f"or delete {out / EMBED_DIR}"
-            )
-        # Shards of another corpus (or of an older build that did not record one) would be reused row for row
-        # against this corpus's store: they go, record first.
-        log.warning("embedding shards in %s were made from another corpus; re-encoding", out / EMBED_DIR)
+    stale = previous is not None and {k: previous.get(k) for k in info} != info
+    if stale and previous.get("corpus_sha256") == checksum:
+        raise SystemExit(
+            f"{out / EMBED_DIR} holds shards made with {previous}, not {info}; use another --out "
+            f"or delete {out / EMBED_DIR}"
+        )
+    if previous is None or stale:
+        # Shards of another corpus, or of none on record, would be reused row for row against this corpus's
+        # store: they go before the record does, so an interrupted clean-up is finished by the next run.
+        if (out / EMBED_DIR).is_dir() and any((out / EMBED_DIR).iterdir()):
+            log.warning("embedding shards in %s were not made from this corpus; re-encoding", out / EMBED_DIR)
+            shutil.rmtree(out / EMBED_DIR)
         remove_durably(out / EMBED_INFO)
-        shutil.rmtree(out / EMBED_DIR, ignore_errors=True)
-        previous = None
-    (out / EMBED_DIR).mkdir(parents=True, exist_ok=True)
-    if previous is None:
+        (out / EMBED_DIR).mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / EMBED_INFO, info)
     todo = [i for i, p in enumerate(shards) if not p.exists()]
     if len(todo) < n_shards:

@@ -1,6 +1,6 @@
 """Rebuilding into an existing index directory, and encoding split across (faked) devices.
 
-Corpora here are 60-passage slices of the search fixture, so each encode takes a couple of seconds.
+Corpora here are 40-passage slices of the search fixture, so each encode takes about a second.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from search_backend.build_index import BuildError, build, resolve_devices
 from search_backend.local_faiss import IndexValidationError, LocalFaissBackend
 from tests.test_search_fixtures import PASSAGES, fixture_queries, scratch_dir
 
-N = 60
-SHARD = 16
+N = 40
+SHARD = 12
 
 
 @functools.cache
 def corpora() -> tuple:
-    """(forward, reversed) corpus files holding the same 60 passages, and queries whose targets are in them."""
+    """(forward, reversed) corpus files holding the same 40 passages, and queries whose targets are in them."""
     folder = scratch_dir("searchrl-rebuild-")
     lines = PASSAGES.read_text(encoding="utf-8").splitlines()[:N]
     forward, backward = folder / "forward.jsonl", folder / "reversed.jsonl"
@@ -45,8 +45,15 @@ def clean_build(which: int) -> object:
     return out
 
 
+@functools.cache
+def encoder():
+    from search_backend.encoder import Encoder
+
+    return Encoder()
+
+
 def answers(index_dir) -> list[list[tuple[str, float]]]:
-    backend = LocalFaissBackend(index_dir)
+    backend = LocalFaissBackend(index_dir, encoder=encoder())
     return [[(p.id, round(p.score, 5)) for p in hits] for hits in backend.search_sync(corpora()[2], 5)]
 
 
@@ -77,14 +84,25 @@ def test_rebuild_killed_after_the_new_store_is_refused_at_load(tmp_path, monkeyp
         json.loads((out / "store.json").read_text())["corpus_sha256"] != json.loads(old_manifest)["corpus"]["sha256"]
     )
     with pytest.raises(IndexValidationError, match="manifest.json"):
-        LocalFaissBackend(out)
+        LocalFaissBackend(out, encoder=encoder())
     # Even the old manifest put back (a build that never removed it) is refused: the store names another corpus.
     (out / "manifest.json").write_text(old_manifest)
     with pytest.raises(IndexValidationError, match="store.json"):
-        LocalFaissBackend(out)
+        LocalFaissBackend(out, encoder=encoder())
     monkeypatch.undo()
     build(corpora()[1], out=out, **kwargs())
     assert answers(out) == answers(clean_build(1))
+
+
+def test_shards_without_a_record_are_never_reused(tmp_path):
+    out = tmp_path / "index"
+    shutil.copytree(clean_build(0), out)
+    # What an interrupted clean-up of another corpus's shards could leave: shards, but no record of them.
+    (out / "embeddings.json").unlink()
+    shard = out / "embeddings" / "shard_00000.npy"
+    np.save(shard, np.zeros_like(np.load(shard)))
+    build(corpora()[0], out=out, **kwargs())
+    assert shard.read_bytes() == (clean_build(0) / "embeddings" / "shard_00000.npy").read_bytes()
 
 
 def test_encoding_on_two_faked_devices_matches_one_and_resumes(tmp_path):
