@@ -16,6 +16,7 @@ from search_backend.index_types import top_k
 from search_backend.shards import EmbeddingShards
 
 CPU_BLOCK_ROWS = 1 << 16
+GPU_BLOCK_ROWS = 1 << 22
 
 
 def device_slices(n_rows: int, n_devices: int) -> list[tuple[int, int]]:
@@ -29,6 +30,7 @@ class _DeviceSlice:
         import torch
 
         self.start, self.end, self.device = start, end, device
+        self.block_rows = GPU_BLOCK_ROWS
         self.pieces = shards.slice(start, end)
         self.matrix = None
         if resident:
@@ -47,8 +49,13 @@ class _DeviceSlice:
             return None
         if self.matrix is not None:
             q = torch.from_numpy(queries).to(self.device, dtype=torch.float16)
-            scores = (q @ self.matrix.T).float()
-            return torch.topk(scores, min(k, self.end - self.start), dim=1)
+            values, indices = [], []
+            # Row blocks bound the score matrix (queries x block, fp16) whatever the slice's size.
+            for lo in range(0, len(self.matrix), self.block_rows):
+                found = torch.topk(q @ self.matrix[lo : lo + self.block_rows].T, min(k, len(self.matrix) - lo), dim=1)
+                values.append(found.values)
+                indices.append(found.indices + lo)
+            return torch.cat(values, dim=1), torch.cat(indices, dim=1)
         best_scores, best_rows = [], []
         q = torch.from_numpy(queries)
         offset = self.start
@@ -62,10 +69,9 @@ class _DeviceSlice:
         return np.concatenate(best_scores, axis=1), np.concatenate(best_rows, axis=1)
 
     def collect(self, launched, k: int) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(launched, tuple):
-            scores, rows = launched
-        else:
-            scores, rows = launched.values.cpu().numpy(), launched.indices.cpu().numpy().astype(np.int64)
+        scores, rows = launched
+        if not isinstance(scores, np.ndarray):
+            scores, rows = scores.float().cpu().numpy(), rows.cpu().numpy().astype(np.int64)
         return top_k(scores, rows + self.start, k)
 
 

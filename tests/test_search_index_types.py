@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from search_backend import torch_exact
 from search_backend.faiss_index import build_index
 from search_backend.index_types import compact_factory, default_factory, top_k
 from search_backend.rerank_index import RerankIndex
@@ -12,6 +13,17 @@ from search_backend.shards import EmbeddingShards, split_ranges, write_shard
 from search_backend.torch_exact import ShardedExactIndex, device_slices
 
 DIM = 32
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_faiss_thread():
+    # k-means on 3,000 points is faster on one thread than on two busy cores (OpenMP spins while it waits).
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before)
 
 
 def clustered(n: int, seed: int) -> np.ndarray:
@@ -91,8 +103,10 @@ def test_compact_type_rescored_top10_matches_exact(shards):
 
 @pytest.mark.parametrize("devices", [["cpu"], ["cpu", "cpu", "cpu"]])
 @pytest.mark.parametrize("resident", [False, True])
-def test_exact_type_split_across_devices_equals_exact_search(shards, devices, resident):
+def test_exact_type_split_across_devices_equals_exact_search(shards, devices, resident, monkeypatch):
     paths, vectors = shards
+    # Small row blocks, so the resident path's per-block top-k and merge run several times per device.
+    monkeypatch.setattr(torch_exact, "GPU_BLOCK_ROWS", 257)
     # Queries near stored rows: clear winners, so fp16 products (the resident, GPU code path) rank alike.
     rng = np.random.default_rng(2)
     queries = vectors[rng.integers(0, 3000, 64)] + 0.01 * rng.standard_normal((64, DIM)).astype(np.float32)
