@@ -3,7 +3,8 @@
     python benchmarks/encode.py --corpus passages.jsonl [--offset 3000] [--limit 640] [--devices cpu,cuda]
 
 Both encode the same slice of passages (title line + text, as the builder embeds them), alternating raw and
-builder runs `--rounds` times in one process so that a shared machine's load hits both alike. The builder's
+builder runs `--rounds` times in one process (which goes first alternates too) so that a shared machine's load
+hits both alike; the headline is the median of the per-round ratios. The builder's
 rate is passages / (its encode step minus its model load), the time from the store to the written fp16 shards,
 since the raw call is also timed with the model already loaded. On `cuda` the builder uses every visible GPU
 (one worker each); the raw call runs on cuda:0 in fp16, so per-GPU figures are raw x GPUs at best.
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +60,26 @@ def raw_rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
+def padded_tokens(encoder: Encoder, texts: list[str], batch_size: int) -> dict[str, int]:
+    """Tokens the model computes (each batch padded to its longest text) under each ordering."""
+    lengths = encoder.token_lengths(texts)
+
+    def padded(order: np.ndarray) -> int:
+        return int(
+            sum(
+                lengths[order[i : i + batch_size]].max() * len(order[i : i + batch_size])
+                for i in range(0, len(order), batch_size)
+            )
+        )
+
+    return {
+        "real": int(lengths.sum()),
+        "corpus_order": padded(np.arange(len(texts))),
+        "character_sort (sentence-transformers)": padded(np.argsort([-len(t) for t in texts], kind="stable")),
+        "token_sort (builder)": padded(np.argsort(-lengths, kind="stable")),
+    }
+
+
 def unsorted_rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
     """The previous builder's way: one encode call per batch_size passages in corpus order (no length sort)."""
     started = time.perf_counter()
@@ -84,10 +107,14 @@ def measure(
     encoder.model.encode(texts[:batch_size], batch_size=batch_size, show_progress_bar=False)  # warm-up
     raw, built, timings, unsorted = [], [], [], []
     for i in range(rounds):
-        raw.append(raw_rate(encoder, texts, batch_size))
+        # Alternating which goes first cancels a machine that gets busier or quieter during the run.
+        if i % 2 == 0:
+            raw.append(raw_rate(encoder, texts, batch_size))
         rate, timing = builder_rate(corpus, model, device, batch_size, work)
         built.append(rate)
         timings.append(timing)
+        if i % 2 == 1:
+            raw.append(raw_rate(encoder, texts, batch_size))
         if with_unsorted:
             unsorted.append(unsorted_rate(encoder, texts, batch_size))
         extra = f", previous builder's per-batch calls {unsorted[-1]:.1f}" if unsorted else ""
@@ -98,6 +125,7 @@ def measure(
         )
     ratios = [b / r for b, r in zip(built, raw, strict=True)]
     return {
+        "padded_tokens": padded_tokens(encoder, texts, batch_size),
         "device": device,
         "gpus": timings[-1]["gpus"],
         "batch_size": batch_size,
@@ -125,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--devices", default="cpu", help="comma list of cpu and/or cuda")
     p.add_argument("--batch-size", type=int, default=None, help=f"default 64 on CPU, {GPU_BATCH} on GPU")
-    p.add_argument("--rounds", type=int, default=3, help="alternating raw/builder rounds per device")
+    p.add_argument("--rounds", type=int, default=5, help="raw/builder rounds per device (order alternates)")
     p.add_argument(
         "--no-unsorted",
         action="store_true",

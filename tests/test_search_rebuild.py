@@ -124,6 +124,15 @@ def test_encoding_on_two_faked_devices_matches_one_and_resumes(tmp_path):
     assert [[i for i, _ in hits] for hits in answers(out)] == [[i for i, _ in hits] for hits in answers(clean)]
 
 
+def test_length_sorted_encoding_matches_sentence_transformers():
+    texts = [json.loads(line)["text"] for line in PASSAGES.read_text(encoding="utf-8").splitlines()[:24]]
+    texts += ["short", "two words"]
+    got = encoder().encode_passages_sorted(texts, batch_size=8)
+    want = encoder().model.encode(texts, batch_size=8, normalize_embeddings=True)
+    assert got.dtype == np.float16 and np.allclose(got, want, atol=1e-3)
+    assert encoder().token_lengths(["a b", "a b c d e f"]).tolist()[0] < encoder().token_lengths(["a b c d e f"])[0]
+
+
 def test_device_lists():
     assert resolve_devices("cpu") == ["cpu"]
     assert resolve_devices("cpu,cpu") == ["cpu", "cpu"]
