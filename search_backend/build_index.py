@@ -1,7 +1,9 @@
-"""Build a search index directory from a corpus: passage store, fp16 embedding shards, FAISS index, manifest.
+"""Build a search index directory from a corpus: passage store, fp16 embedding shards, vector index, BM25, manifest.
 
-Every step leaves finished files under their final names only (temp name, then os.replace), so a re-run after
-a crash keeps the store and every finished shard, and produces the same index as an uninterrupted run.
+The manifest is removed before anything else changes and written back last, so a directory is usable exactly
+when its manifest names what is in it. Every step leaves finished files under their final names only (temp
+name, then os.replace) beside a record of its inputs (the corpus sha256 among them): a re-run keeps what a
+crashed run finished, redoes what was made from other inputs, and gives the same index as a clean build.
 """
 
 from __future__ import annotations
@@ -11,27 +13,41 @@ import datetime as dt
 import json
 import logging
 import math
+import multiprocessing as mp
 import os
+import queue
+import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from search_backend.corpus import FORMATS, CorpusReport, Record, file_sha256, read_corpus
+from search_backend.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
 from search_backend.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
+from search_backend.shards import EMBED_DIR, shard_path, shard_paths, split_ranges, write_shard
 
 log = logging.getLogger("search_backend.build_index")
 
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
+INDEX_INFO = "index.json"
 STORE_DIR = "store"
 STORE_INFO = "store.json"
-EMBED_DIR = "embeddings"
 EMBED_INFO = "embeddings.json"
-MANIFEST_VERSION = 1
+BM25_DIR = "bm25"
+BM25_INFO = "bm25.json"
+MANIFEST_VERSION = 2
+CPU_BATCH, GPU_BATCH = 64, 512
+
+__all__ = ["EMBED_DIR", "BuildError", "build", "main", "resolve_devices", "shard_path"]
+
+
+class BuildError(ValueError):
+    """The build's arguments cannot work together; the message names the option and the fix."""
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
@@ -43,16 +59,46 @@ def write_json_atomic(path: Path, payload: dict) -> None:
 def read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         return None
 
 
-def shard_path(out: Path, shard: int) -> Path:
-    return out / EMBED_DIR / f"shard_{shard:05d}.npy"
+def remove_durably(path: Path) -> None:
+    """Unlink `path` and sync its directory, so the removal is on disk before anything that follows it."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-def build_store(corpus: Path, fmt: str, out: Path, checksum: str, max_bad_lines: int | None,
-                max_bad_fraction: float | None) -> dict:
+def resolve_devices(device: str) -> list[str]:
+    """`cpu`, `cuda` (every visible GPU), or a comma list such as `cuda:0,cuda:2` (`cpu,cpu`: two CPU workers)."""
+    names = [d.strip() for d in device.split(",") if d.strip()]
+    if not names:
+        raise BuildError("device: empty")
+    for name in names:
+        if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+            raise BuildError(f"device: {name!r} is not cpu, cuda or cuda:N")
+    if names == ["cuda"]:
+        import torch
+
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise BuildError("device: cuda asked for, but torch sees no GPU (check CUDA_VISIBLE_DEVICES, the driver)")
+        return [f"cuda:{i}" for i in range(count)]
+    if "cuda" in names:
+        raise BuildError("device: bare cuda cannot be mixed with other devices; name them as cuda:N")
+    return names
+
+
+def build_store(
+    corpus: Path, fmt: str, out: Path, checksum: str, max_bad_lines: int | None, max_bad_fraction: float | None
+) -> dict:
     from search_backend.store import write_store
 
     info = {"corpus_sha256": checksum, "format": fmt}
@@ -60,6 +106,7 @@ def build_store(corpus: Path, fmt: str, out: Path, checksum: str, max_bad_lines:
     if done and all(done.get(k) == v for k, v in info.items()) and (out / STORE_DIR).is_dir():
         log.info("passage store already built (%d passages), reusing it", done["passages"])
         return done
+    remove_durably(out / STORE_INFO)
     report = CorpusReport()
 
     def checked() -> Iterator[Record]:
@@ -72,78 +119,297 @@ def build_store(corpus: Path, fmt: str, out: Path, checksum: str, max_bad_lines:
     bar.close()
     if report.bad:
         log.warning("corpus %s: %s", corpus, report.summary())
-    info.update(passages=count, lines=report.lines, bad_lines=report.bad,
-                bad_examples=[{"line": n, "reason": r} for n, r in report.examples])
+    info.update(
+        passages=count,
+        lines=report.lines,
+        bad_lines=report.bad,
+        bad_examples=[{"line": n, "reason": r} for n, r in report.examples],
+    )
     write_json_atomic(out / STORE_INFO, info)
     return info
 
 
-def encode_shards(out: Path, model: str, profile_name: str, device: str, batch_size: int, shard_size: int,
-                  max_seq_length: int | None) -> tuple[list[Path], int]:
+def encode_shard_range(
+    out: Path,
+    shards: list[int],
+    shard_size: int,
+    model: str,
+    profile_name: str,
+    device: str,
+    batch_size: int,
+    max_seq_length: int | None,
+    report: Callable[[str, float], None],
+) -> None:
+    """Encode the given shards on one device, each as one length-sorted chunk, writing each when it is done.
+
+    `report("loaded", seconds)` once the model is up, then `report("passages", n)` after every batch.
+    """
     from search_backend.encoder import Encoder, passage_text
     from search_backend.store import PassageStore
 
-    store = PassageStore(out / STORE_DIR)
-    n = len(store)
-    n_shards = max(1, math.ceil(n / shard_size))
-    shards = [shard_path(out, i) for i in range(n_shards)]
-    (out / EMBED_DIR).mkdir(parents=True, exist_ok=True)
-    info = {"model": model, "profile": profile_name, "shard_size": shard_size, "passages": n,
-            "max_seq_length": max_seq_length}
-    previous = read_json(out / EMBED_INFO)
-    if previous is not None and {k: previous.get(k) for k in info} != info:
-        raise SystemExit(f"{out / EMBED_DIR} holds shards made with {previous}, not {info}; use another --out "
-                         f"or delete {out / EMBED_DIR}")
-    todo = [i for i, p in enumerate(shards) if not p.exists()]
+    started = time.perf_counter()
     encoder = Encoder(model, device=device, profile=PROFILES[profile_name], max_seq_length=max_seq_length)
-    if previous is None:
-        write_json_atomic(out / EMBED_INFO, {**info, "dimension": encoder.dimension})
+    store = PassageStore(out / STORE_DIR)
+    report("loaded", time.perf_counter() - started)
+    n = len(store)
+    for shard in shards:
+        rows = range(shard * shard_size, min(n, (shard + 1) * shard_size))
+        texts = [passage_text(store.title(r), store.text(r)) for r in rows]
+        vectors = encoder.encode_passages_sorted(texts, batch_size, lambda k: report("passages", k))
+        write_shard(shard_path(out, shard), vectors)
+
+
+def _worker(
+    out: Path,
+    shards: list[int],
+    shard_size: int,
+    model: str,
+    profile_name: str,
+    device: str,
+    batch_size: int,
+    max_seq_length: int | None,
+    messages: mp.Queue,
+) -> None:
+    encode_shard_range(
+        out,
+        shards,
+        shard_size,
+        model,
+        profile_name,
+        device,
+        batch_size,
+        max_seq_length,
+        lambda kind, value: messages.put((kind, value)),
+    )
+
+
+def run_device_workers(
+    out: Path,
+    plan: list[tuple[str, list[int]]],
+    shard_size: int,
+    model: str,
+    profile_name: str,
+    batch_size: int,
+    max_seq_length: int | None,
+    bar: tqdm,
+) -> float:
+    """One spawned process per device over its disjoint run of shards; returns the slowest model load time."""
+    ctx = mp.get_context("spawn")
+    messages = ctx.Queue()
+    workers = [
+        ctx.Process(
+            target=_worker,
+            name=f"encode-{device}",
+            daemon=True,
+            args=(out, shards, shard_size, model, profile_name, device, batch_size, max_seq_length, messages),
+        )
+        for device, shards in plan
+    ]
+    for worker in workers:
+        worker.start()
+    load_s = 0.0
+    try:
+        while True:
+            try:
+                kind, value = messages.get(timeout=0.5)
+            except queue.Empty:
+                if all(not w.is_alive() for w in workers):
+                    break
+                continue
+            if kind == "loaded":
+                load_s = max(load_s, value)
+            else:
+                bar.update(value)
+        while not messages.empty():
+            kind, value = messages.get_nowait()
+            if kind == "passages":
+                bar.update(value)
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+            worker.join()
+    failed = [f"{w.name} (exit {w.exitcode})" for w in workers if w.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"encoding workers failed: {', '.join(failed)}; finished shards are kept, re-run to resume")
+    return load_s
+
+
+def encode_shards(
+    out: Path,
+    model: str,
+    profile_name: str,
+    devices: list[str],
+    batch_size: int,
+    shard_size: int,
+    max_seq_length: int | None,
+    checksum: str,
+) -> tuple[list[Path], int, dict]:
+    """Encode every shard not already finished for this corpus; returns (shards, dimension, timings)."""
+    from search_backend.store import PassageStore
+
+    n = len(PassageStore(out / STORE_DIR))
+    n_shards = max(1, math.ceil(n / shard_size))
+    shards = shard_paths(out, n_shards)
+    info = {
+        "corpus_sha256": checksum,
+        "model": model,
+        "profile": profile_name,
+        "shard_size": shard_size,
+        "passages": n,
+        "max_seq_length": max_seq_length,
+    }
+    previous = read_json(out / EMBED_INFO)
+    stale = previous is not None and {k: previous.get(k) for k in info} != info
+    if stale and previous.get("corpus_sha256") == checksum:
+        raise SystemExit(
+            f"{out / EMBED_DIR} holds shards made with {previous}, not {info}; use another --out "
+            f"or delete {out / EMBED_DIR}"
+        )
+    if previous is None or stale:
+        # Shards of another corpus, or of none on record, would be reused row for row against this corpus's
+        # store: they go before the record does, so an interrupted clean-up is finished by the next run.
+        if (out / EMBED_DIR).is_dir() and any((out / EMBED_DIR).iterdir()):
+            log.warning("embedding shards in %s were not made from this corpus; re-encoding", out / EMBED_DIR)
+            shutil.rmtree(out / EMBED_DIR)
+        remove_durably(out / EMBED_INFO)
+        (out / EMBED_DIR).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / EMBED_INFO, info)
+    todo = [i for i, p in enumerate(shards) if not p.exists()]
     if len(todo) < n_shards:
         log.info("%d of %d embedding shards already finished, skipping them", n_shards - len(todo), n_shards)
-    bar = tqdm(total=sum(min(shard_size, n - i * shard_size) for i in todo), desc="encode", unit=" passages",
-               dynamic_ncols=True)
-    for shard in todo:
-        start, end = shard * shard_size, min(n, (shard + 1) * shard_size)
-        parts = []
-        for lo in range(start, end, batch_size):
-            hi = min(end, lo + batch_size)
-            texts = [passage_text(store.title(r), store.text(r)) for r in range(lo, hi)]
-            parts.append(encoder.encode_passages(texts, batch_size=batch_size))
-            bar.update(hi - lo)
-        vectors = np.concatenate(parts).astype(np.float16) if parts else np.zeros((0, encoder.dimension), np.float16)
-        tmp = shards[shard].with_name(shards[shard].name + ".tmp")
-        with open(tmp, "wb") as handle:
-            np.save(handle, vectors)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, shards[shard])
-    bar.close()
-    return shards, encoder.dimension
+    sizes = [min(shard_size, n - i * shard_size) for i in todo]
+    timings = {"model_load_seconds": 0.0, "encode_seconds": 0.0, "encoded_passages": sum(sizes)}
+    if todo:
+        bar = tqdm(total=sum(sizes), desc="encode", unit=" passages", dynamic_ncols=True)
+        started = time.perf_counter()
+        plan = list(zip(devices, split_ranges(todo, sizes, len(devices)), strict=False))
+        if len(plan) == 1:
+            # One device needs no worker process: encode here, with the same function the workers run.
+            loads: list[float] = []
+            encode_shard_range(
+                out,
+                plan[0][1],
+                shard_size,
+                model,
+                profile_name,
+                plan[0][0],
+                batch_size,
+                max_seq_length,
+                lambda kind, value: loads.append(value) if kind == "loaded" else bar.update(value),
+            )
+            timings["model_load_seconds"] = loads[0]
+        else:
+            log.info("encoding on %d devices: %s", len(plan), ", ".join(f"{d}: {len(s)} shards" for d, s in plan))
+            timings["model_load_seconds"] = run_device_workers(
+                out, plan, shard_size, model, profile_name, batch_size, max_seq_length, bar
+            )
+        timings["encode_seconds"] = time.perf_counter() - started
+        bar.close()
+    missing = [p.name for p in shards if not p.exists()]
+    if missing:
+        raise RuntimeError(f"embedding shards missing after encoding: {missing[:5]}")
+    dimension = int(np.load(shards[0], mmap_mode="r").shape[1])
+    if read_json(out / EMBED_INFO) != {**info, "dimension": dimension}:
+        write_json_atomic(out / EMBED_INFO, {**info, "dimension": dimension})
+    return shards, dimension, timings
 
 
-def build(corpus: str | Path, fmt: str, out: str | Path, model: str = DEFAULT_MODEL, profile: str | None = None,
-          factory: str = "Flat", device: str = "cpu", batch_size: int = 64, shard_size: int = 100_000,
-          max_bad_lines: int | None = 0, max_bad_fraction: float | None = None, train_size: int = 1_000_000,
-          max_seq_length: int | None = None) -> dict:
+def build_vector_index(
+    out: Path,
+    shards: list[Path],
+    dimension: int,
+    index_type: str,
+    factory: str | None,
+    device: str,
+    train_size: int,
+    checksum: str,
+) -> tuple[dict, float]:
+    """Train and fill the FAISS index of `faiss` and `compact` types (reused when its record matches)."""
+    from search_backend.faiss_index import build_index, write_index_atomic
+
+    info = {
+        "corpus_sha256": checksum,
+        "index_type": index_type,
+        "factory": factory,
+        "train_size": train_size,
+        "passages": sum(int(np.load(p, mmap_mode="r").shape[0]) for p in shards),
+        "dimension": dimension,
+    }
+    if factory is None:
+        remove_durably(out / INDEX_INFO)
+        remove_durably(out / INDEX_FILE)
+        return {**info, "bytes": None}, 0.0
+    previous = read_json(out / INDEX_INFO)
+    path = out / INDEX_FILE
+    if (
+        previous
+        and {k: previous.get(k) for k in info} == info
+        and path.is_file()
+        and path.stat().st_size == previous.get("bytes")
+    ):
+        log.info("index %s already built, reusing it", factory)
+        return previous, 0.0
+    remove_durably(out / INDEX_INFO)
+    started = time.perf_counter()
+    index = build_index(shards, dimension, factory, device=device, train_size=train_size)
+    write_index_atomic(index, path)
+    seconds = time.perf_counter() - started
+    info["bytes"] = path.stat().st_size
+    write_json_atomic(out / INDEX_INFO, info)
+    return info, seconds
+
+
+def build(
+    corpus: str | Path,
+    fmt: str,
+    out: str | Path,
+    model: str = DEFAULT_MODEL,
+    profile: str | None = None,
+    factory: str | None = None,
+    device: str = "cpu",
+    batch_size: int | None = None,
+    shard_size: int = 100_000,
+    max_bad_lines: int | None = 0,
+    max_bad_fraction: float | None = None,
+    train_size: int = 1_000_000,
+    max_seq_length: int | None = None,
+    index_type: str = "faiss",
+    bm25: bool = False,
+) -> dict:
     """Build (or finish building) an index directory; returns the manifest."""
-    from search_backend.faiss_index import build_index, effective_factory, gpu_count, write_index_atomic
+    from search_backend.faiss_index import effective_factory, gpu_count
 
+    if index_type not in INDEX_TYPES:
+        raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")
+    if index_type == "exact" and factory is not None:
+        raise BuildError("factory: the exact index type has no FAISS index; leave --factory out")
+    devices = resolve_devices(device)
+    on_gpu = any(d.startswith("cuda") for d in devices)
+    batch_size = batch_size or (GPU_BATCH if on_gpu else CPU_BATCH)
     corpus, out = Path(corpus), Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    # Before anything changes: from here until the new manifest lands, the directory is an unfinished build.
+    remove_durably(out / MANIFEST)
     profile_name = profile or profile_for(model).name
     checksum = file_sha256(corpus)
     store_info = build_store(corpus, fmt, out, checksum, max_bad_lines, max_bad_fraction)
-    started = time.perf_counter()
-    shards, dimension = encode_shards(out, model, profile_name, device, batch_size, shard_size, max_seq_length)
-    encode_s = time.perf_counter() - started
+    shards, dimension, timings = encode_shards(
+        out, model, profile_name, devices, batch_size, shard_size, max_seq_length, checksum
+    )
     n = store_info["passages"]
-    factory_used = effective_factory(factory, n)
-    if factory_used != factory:
-        log.warning("factory %s clamped to %s for %d passages", factory, factory_used, n)
-    started = time.perf_counter()
-    index = build_index(shards, dimension, factory_used, device=device, train_size=train_size)
-    index_s = time.perf_counter() - started
-    write_index_atomic(index, out / INDEX_FILE)
+    wanted = factory if factory is not None else default_factory(index_type, dimension, store_info["passages"])
+    factory_used = effective_factory(wanted, n) if wanted is not None else None
+    if factory_used != wanted:
+        log.warning("factory %s clamped to %s for %d passages", wanted, factory_used, n)
+    index_info, index_s = build_vector_index(
+        out, shards, dimension, index_type, factory_used, "cuda" if on_gpu else "cpu", train_size, checksum
+    )
+    bm25_info = None
+    if bm25:
+        from search_backend.bm25 import build_bm25
+
+        bm25_info = build_bm25(out, checksum)
     manifest = {
         "version": MANIFEST_VERSION,
         "model": model,
@@ -151,16 +417,39 @@ def build(corpus: str | Path, fmt: str, out: str | Path, model: str = DEFAULT_MO
         "dimension": dimension,
         "normalize": PROFILES[profile_name].normalize,
         "metric": "inner_product",
-        "factory_requested": factory,
+        "index_type": index_type,
+        "factory_requested": wanted,
         "factory": factory_used,
         "passages": n,
-        "corpus": {"path": str(corpus), "sha256": checksum, "format": fmt, "lines": store_info["lines"],
-                   "bad_lines": store_info["bad_lines"]},
-        "files": {"index": INDEX_FILE, "index_bytes": (out / INDEX_FILE).stat().st_size, "store": STORE_DIR,
-                  "embeddings": EMBED_DIR, "shard_size": shard_size, "embedding_dtype": "float16"},
-        "build": {"device": device, "gpus": gpu_count() if device == "cuda" else 0, "batch_size": batch_size,
-                  "encode_seconds": round(encode_s, 3), "index_seconds": round(index_s, 3),
-                  "max_seq_length": max_seq_length},
+        "corpus": {
+            "path": str(corpus),
+            "sha256": checksum,
+            "format": fmt,
+            "lines": store_info["lines"],
+            "bad_lines": store_info["bad_lines"],
+        },
+        "files": {
+            "index": INDEX_FILE if factory_used else None,
+            "index_bytes": index_info["bytes"],
+            "store": STORE_DIR,
+            "embeddings": EMBED_DIR,
+            "shard_size": shard_size,
+            "shards": len(shards),
+            "embedding_dtype": "float16",
+            "embeddings_required": index_type in SHARD_TYPES,
+            "bm25": BM25_DIR if bm25_info else None,
+        },
+        "bm25": bm25_info,
+        "build": {
+            "device": ",".join(devices),
+            "gpus": sum(d.startswith("cuda") for d in devices) or (gpu_count() if on_gpu else 0),
+            "batch_size": batch_size,
+            "encoded_passages": timings["encoded_passages"],
+            "encode_seconds": round(timings["encode_seconds"], 3),
+            "model_load_seconds": round(timings["model_load_seconds"], 3),
+            "index_seconds": round(index_s, 3),
+            "max_seq_length": max_seq_length,
+        },
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     # The manifest goes last: a directory without one is an unfinished build, never a usable index.
@@ -169,29 +458,67 @@ def build(corpus: str | Path, fmt: str, out: str | Path, model: str = DEFAULT_MO
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m search_backend.build_index", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m search_backend.build_index",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--corpus", required=True, help="corpus file")
-    p.add_argument("--format", required=True, choices=FORMATS,
-                   help="kilt: KILT knowledge-source JSONL, split into 100-word passages; "
-                        "tsv: id<TAB>text[<TAB>title]; jsonl: {id, title, text}")
-    p.add_argument("--out", required=True, help="index directory to create or resume")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"sentence-transformers name or path (default: bundled {DEFAULT_MODEL}; "
-                        f"production: {PRODUCTION_MODEL})")
+    p.add_argument(
+        "--format",
+        required=True,
+        choices=FORMATS,
+        help="kilt: KILT knowledge-source JSONL, split into 100-word passages; "
+        "tsv: id<TAB>text[<TAB>title]; jsonl: {id, title, text}",
+    )
+    p.add_argument("--out", required=True, help="index directory to create, resume or rebuild")
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"sentence-transformers name or path (default: bundled {DEFAULT_MODEL}; production: {PRODUCTION_MODEL})",
+    )
     p.add_argument("--profile", choices=sorted(PROFILES), help="model profile (default: guessed from --model)")
-    p.add_argument("--factory", default="Flat",
-                   help="FAISS index factory, e.g. Flat, HNSW32, IVF4096,SQ8, IVF4096,PQ64 (IVF nlist is clamped "
-                        "to passages/39)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--shard-size", type=int, default=100_000, help="passages per embedding shard")
+    p.add_argument(
+        "--index-type",
+        default="faiss",
+        choices=INDEX_TYPES,
+        help="faiss: the --factory index in RAM; compact: IVF-PQ candidates re-scored exactly from "
+        "the fp16 shards (~1/30 of Flat's RAM); exact: exact search over the fp16 shards with "
+        "torch, split across GPUs (no FAISS index)",
+    )
+    p.add_argument(
+        "--factory",
+        default=None,
+        help="FAISS index factory, e.g. Flat, HNSW32, IVF4096,SQ8, IVF4096,PQ128 (default: Flat "
+        "for faiss, IVF4096,PQ<d/8> for compact; IVF nlist is clamped to passages/39)",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda (one encoding worker per visible GPU, fp16) or a list such as cuda:0,cuda:1",
+    )
+    p.add_argument("--batch-size", type=int, default=None, help=f"default {CPU_BATCH} on CPU, {GPU_BATCH} on GPU")
+    p.add_argument(
+        "--shard-size",
+        type=int,
+        default=100_000,
+        help="passages per embedding shard: the unit of resumption, of length sorting and of the split across GPUs",
+    )
     p.add_argument("--max-seq-length", type=int, default=None, help="truncate passages to this many tokens")
     p.add_argument("--train-size", type=int, default=1_000_000, help="vectors sampled to train IVF/PQ/SQ")
-    p.add_argument("--max-bad-lines", type=int, default=0,
-                   help="fail when more corpus lines than this are malformed (-1: no limit)")
-    p.add_argument("--max-bad-fraction", type=float, default=None,
-                   help="fail when more than this fraction of corpus lines are malformed")
+    p.add_argument("--bm25", action="store_true", help="also build the BM25 index (bm25s) beside the dense one")
+    p.add_argument(
+        "--max-bad-lines",
+        type=int,
+        default=0,
+        help="fail when more corpus lines than this are malformed (-1: no limit)",
+    )
+    p.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=None,
+        help="fail when more than this fraction of corpus lines are malformed",
+    )
     return p
 
 
@@ -201,16 +528,39 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        manifest = build(args.corpus, args.format, args.out, model=args.model, profile=args.profile,
-                         factory=args.factory, device=args.device, batch_size=args.batch_size,
-                         shard_size=args.shard_size,
-                         max_bad_lines=None if args.max_bad_lines < 0 else args.max_bad_lines,
-                         max_bad_fraction=args.max_bad_fraction, train_size=args.train_size,
-                         max_seq_length=args.max_seq_length)
+        manifest = build(
+            args.corpus,
+            args.format,
+            args.out,
+            model=args.model,
+            profile=args.profile,
+            factory=args.factory,
+            device=args.device,
+            batch_size=args.batch_size,
+            shard_size=args.shard_size,
+            max_bad_lines=None if args.max_bad_lines < 0 else args.max_bad_lines,
+            max_bad_fraction=args.max_bad_fraction,
+            train_size=args.train_size,
+            max_seq_length=args.max_seq_length,
+            index_type=args.index_type,
+            bm25=args.bm25,
+        )
     except TooManyBadLines as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"out": str(args.out), "passages": manifest["passages"], "factory": manifest["factory"]}))
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        json.dumps(
+            {
+                "out": str(args.out),
+                "passages": manifest["passages"],
+                "index_type": manifest["index_type"],
+                "factory": manifest["factory"],
+            }
+        )
+    )
     return 0
 
 

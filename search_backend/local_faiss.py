@@ -1,4 +1,5 @@
-"""In-process backend: a FAISS index, its passage store and the query encoder, checked against the manifest."""
+"""In-process dense backend: the manifest's index type over the passage store and the query encoder, checked
+against the manifest (and the records of the store and shards, which must name the manifest's corpus)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from search_backend.base import Passage
-from search_backend.build_index import INDEX_FILE, MANIFEST, STORE_DIR
+from search_backend.build_index import EMBED_INFO, INDEX_FILE, MANIFEST, STORE_DIR, STORE_INFO, read_json
 from search_backend.faiss_import import faiss
 from search_backend.faiss_index import gpu_count, set_search_params
+from search_backend.index_types import DEFAULT_RERANK_DEPTH, INDEX_TYPES, VectorIndex
 from search_backend.profiles import PROFILES
+from search_backend.shards import EMBED_DIR, EmbeddingShards, shard_paths
 from search_backend.store import PassageStore, StoreError
 
 if TYPE_CHECKING:
@@ -38,56 +41,150 @@ def load_manifest(index_dir: Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise IndexValidationError(f"{path} is not valid JSON: {exc}") from exc
-    missing = [k for k in ("model", "dimension", "passages", "factory", "profile", "files") if k not in manifest]
+    missing = [
+        k for k in ("model", "dimension", "passages", "factory", "profile", "files", "corpus") if k not in manifest
+    ]
     if missing:
         raise IndexValidationError(f"{path} lacks {missing}")
+    manifest.setdefault("index_type", "faiss")
+    if manifest["index_type"] not in INDEX_TYPES:
+        raise IndexValidationError(
+            f"{path}: index_type {manifest['index_type']!r} unknown to this version (known: {list(INDEX_TYPES)})"
+        )
+    _check_record(index_dir, STORE_INFO, manifest)
     return manifest
 
 
+def _check_record(index_dir: Path, name: str, manifest: dict) -> None:
+    """A step's record must name the manifest's corpus: otherwise a rebuild was cut off after changing it."""
+    record = read_json(index_dir / name)
+    want = manifest["corpus"].get("sha256")
+    if record is None or record.get("corpus_sha256") != want:
+        found = (record or {}).get("corpus_sha256")
+        raise IndexValidationError(
+            f"{index_dir / name} records corpus {str(found)[:12]}, the manifest "
+            f"{str(want)[:12]}: a rebuild of this directory did not finish; re-run it"
+        )
+
+
 class LocalFaissBackend:
-    def __init__(self, index_dir: str | Path, model: str | None = None, device: str = "cpu", nprobe: int | None = 64,
-                 ef_search: int | None = 128, encoder: Encoder | None = None, query_batch_size: int = 64) -> None:
+    retriever = "dense"
+
+    def __init__(
+        self,
+        index_dir: str | Path,
+        model: str | None = None,
+        device: str = "cpu",
+        nprobe: int | None = 64,
+        ef_search: int | None = 128,
+        encoder: Encoder | None = None,
+        query_batch_size: int = 64,
+        rerank_depth: int = DEFAULT_RERANK_DEPTH,
+        devices: list[str] | None = None,
+    ) -> None:
         self.index_dir = Path(index_dir)
         self.manifest = load_manifest(self.index_dir)
+        self.index_type = self.manifest["index_type"]
         # Manifest content, not file times, identifies the index: caches keyed on it survive a restart.
         self.version = hashlib.sha256(json.dumps(self.manifest, sort_keys=True).encode()).hexdigest()[:16]
         built_with = self.manifest["model"]
         if model is not None and model != built_with:
-            raise IndexValidationError(f"{self.index_dir / MANIFEST}: index was built with model {built_with!r}, "
-                                       f"but the configuration asks for {model!r}")
-        self.index = self._load_index()
+            raise IndexValidationError(
+                f"{self.index_dir / MANIFEST}: index was built with model {built_with!r}, "
+                f"but the configuration asks for {model!r}"
+            )
+        self.on_gpu = False
+        self.index: VectorIndex | faiss.Index = self._load(device, devices, nprobe, ef_search, rerank_depth)
         try:
             self.store = PassageStore(self.index_dir / self.manifest["files"].get("store", STORE_DIR))
         except (StoreError, OSError) as exc:
             raise IndexValidationError(str(exc)) from exc
         if len(self.store) != self.manifest["passages"]:
-            raise IndexValidationError(f"{self.store.directory} holds {len(self.store)} passages, "
-                                       f"manifest says {self.manifest['passages']}")
+            raise IndexValidationError(
+                f"{self.store.directory} holds {len(self.store)} passages, manifest says {self.manifest['passages']}"
+            )
         if encoder is None:
             from search_backend.encoder import Encoder
 
             profile = PROFILES[self.manifest["profile"]["name"]]
-            encoder = Encoder(built_with, device=device, profile=profile,
-                              max_seq_length=self.manifest.get("build", {}).get("max_seq_length"))
+            encoder = Encoder(
+                built_with,
+                device=device,
+                profile=profile,
+                max_seq_length=self.manifest.get("build", {}).get("max_seq_length"),
+            )
         if encoder.dimension != self.manifest["dimension"]:
-            raise IndexValidationError(f"{self.index_dir / MANIFEST}: dimension {self.manifest['dimension']} "
-                                       f"but model {encoder.model_name} encodes {encoder.dimension}")
+            raise IndexValidationError(
+                f"{self.index_dir / MANIFEST}: dimension {self.manifest['dimension']} "
+                f"but model {encoder.model_name} encodes {encoder.dimension}"
+            )
         self.encoder = encoder
         self.query_batch_size = query_batch_size
-        self.on_gpu = False
-        if device == "cuda" and gpu_count() > 0:
-            self._to_gpus()
-        set_search_params(self.index, nprobe, ef_search, self.on_gpu)
         self._lock = threading.Lock()
 
     @classmethod
     def from_config(cls, config: SearchConfig) -> LocalFaissBackend:
         if config.index_dir is None:
             raise ValueError("index_dir: required for the local backend")
-        return cls(config.index_dir, model=config.model, device=config.device, nprobe=config.nprobe,
-                   ef_search=config.ef_search)
+        return cls(
+            config.index_dir,
+            model=config.model,
+            device=config.device,
+            nprobe=config.nprobe,
+            ef_search=config.ef_search,
+            rerank_depth=config.rerank_depth,
+        )
 
-    def _load_index(self) -> faiss.Index:
+    def _load(
+        self, device: str, devices: list[str] | None, nprobe: int | None, ef_search: int | None, rerank_depth: int
+    ) -> VectorIndex | faiss.Index:
+        if self.index_type == "faiss":
+            index = self._load_faiss()
+            if device == "cuda" and gpu_count() > 0:
+                index = self._to_gpus(index)
+            set_search_params(index, nprobe, ef_search, self.on_gpu)
+            return index
+        shards = self._load_shards()
+        if self.index_type == "compact":
+            from search_backend.rerank_index import RerankIndex
+
+            index = self._load_faiss()
+            set_search_params(index, nprobe, ef_search, on_gpu=False)
+            return RerankIndex(index, shards, rerank_depth)
+        from search_backend.torch_exact import ShardedExactIndex
+
+        if devices is None:
+            devices = ["cpu"]
+            if device == "cuda":
+                import torch
+
+                devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())] or ["cpu"]
+        self.on_gpu = any(d.startswith("cuda") for d in devices)
+        return ShardedExactIndex(shards, devices)
+
+    def _load_shards(self) -> EmbeddingShards:
+        _check_record(self.index_dir, EMBED_INFO, self.manifest)
+        files = self.manifest["files"]
+        paths = shard_paths(self.index_dir, int(files.get("shards", 0)))
+        folder = self.index_dir / files.get("embeddings", EMBED_DIR)
+        missing = [p.name for p in paths if not p.is_file()]
+        if not paths or missing:
+            raise IndexValidationError(
+                f"{folder}: the {self.index_type} index type searches the embedding shards, "
+                f"but {missing[:3] or 'all'} are missing"
+            )
+        try:
+            shards = EmbeddingShards(paths)
+        except (OSError, ValueError) as exc:
+            raise IndexValidationError(f"{folder}: {exc}") from exc
+        if len(shards) != self.manifest["passages"] or shards.dimension != self.manifest["dimension"]:
+            raise IndexValidationError(
+                f"{folder} holds {len(shards)} x {shards.dimension} vectors, manifest says "
+                f"{self.manifest['passages']} x {self.manifest['dimension']}"
+            )
+        return shards
+
+    def _load_faiss(self) -> faiss.Index:
         path = self.index_dir / self.manifest["files"].get("index", INDEX_FILE)
         expected = self.manifest["files"].get("index_bytes")
         size = path.stat().st_size if path.exists() else -1
@@ -102,19 +199,22 @@ class LocalFaissBackend:
         if index.d != self.manifest["dimension"]:
             raise IndexValidationError(f"{path} has dimension {index.d}, manifest says {self.manifest['dimension']}")
         if index.ntotal != self.manifest["passages"]:
-            raise IndexValidationError(f"{path} holds {index.ntotal} vectors, manifest says "
-                                       f"{self.manifest['passages']} passages")
+            raise IndexValidationError(
+                f"{path} holds {index.ntotal} vectors, manifest says {self.manifest['passages']} passages"
+            )
         return index
 
-    def _to_gpus(self) -> None:
+    def _to_gpus(self, index: faiss.Index) -> faiss.Index:
         options = faiss.GpuMultipleClonerOptions()
         # Sharding splits the vectors across GPUs so an index larger than one card still fits.
         options.shard = True
         try:
-            self.index = faiss.index_cpu_to_all_gpus(self.index, co=options)
-            self.on_gpu = True
+            moved = faiss.index_cpu_to_all_gpus(index, co=options)
         except RuntimeError as exc:
             log.warning("index %s stays on CPU: %s", self.manifest["factory"], exc)
+            return index
+        self.on_gpu = True
+        return moved
 
     @property
     def dimension(self) -> int:
@@ -125,10 +225,14 @@ class LocalFaissBackend:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if not queries:
             return []
+        scores, rows = self.search_rows(queries, top_k)
+        return [self._passages(s, r) for s, r in zip(scores, rows, strict=True)]
+
+    def search_rows(self, queries: list[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, store rows), each (len(queries), top_k), best first; -1 pads a short list."""
         with self._lock:
             vectors = self.encoder.encode_queries(queries, batch_size=self.query_batch_size)
-            scores, rows = self.index.search(vectors, top_k)
-        return [self._passages(s, r) for s, r in zip(scores, rows, strict=True)]
+            return self.index.search(vectors, top_k)
 
     def _passages(self, scores: np.ndarray, rows: np.ndarray) -> list[Passage]:
         out = []

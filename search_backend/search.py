@@ -16,7 +16,14 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--queries", type=Path, help="text file, one query per line")
     p.add_argument("--top-k", type=int, default=5)
     p.add_argument("--json", action="store_true", help="JSON lines (default: readable text)")
+    p.add_argument(
+        "--backend",
+        default="local",
+        choices=("local", "bm25", "hybrid"),
+        help="local: dense search with the index's type; bm25 (index built with --bm25); hybrid: both",
+    )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--rerank-depth", type=int, default=100, help="compact index type: candidates re-scored")
     p.add_argument("--nprobe", type=int, default=64)
     p.add_argument("--ef-search", type=int, default=128)
     return p
@@ -24,13 +31,21 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from search_backend.local_faiss import LocalFaissBackend
+    from search_backend.config import SearchConfig, open_backend
 
     if args.query is not None:
         queries = [args.query]
     else:
         queries = [line.strip() for line in args.queries.read_text(encoding="utf-8").splitlines() if line.strip()]
-    backend = LocalFaissBackend(args.index, device=args.device, nprobe=args.nprobe, ef_search=args.ef_search)
+    config = SearchConfig(
+        backend=args.backend,
+        index_dir=args.index,
+        device=args.device,
+        nprobe=args.nprobe,
+        ef_search=args.ef_search,
+        rerank_depth=args.rerank_depth,
+    )
+    backend = open_backend(config)
     for query, hits in zip(queries, backend.search_sync(queries, args.top_k), strict=True):
         if args.json:
             print(json.dumps({"query": query, "results": [p.to_dict() for p in hits]}, ensure_ascii=False))

@@ -29,6 +29,8 @@ from rollout.asgi_limits import (
 from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
 from search_backend.batching import MicroBatcher
 from search_backend.cache import ResultCache
+from search_backend.hybrid import HybridConfig
+from search_backend.index_types import DEFAULT_RERANK_DEPTH
 
 log = logging.getLogger("search_backend.serve")
 TOKEN_ENV = "SEARCHRL_SEARCH_TOKEN"
@@ -40,6 +42,10 @@ class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index_dir: Path | None = None
+    backend: Literal["local", "bm25", "hybrid"] = Field(
+        default="local", description="over index_dir: dense (the manifest's index type), BM25, or both fused")
+    rerank_depth: int = Field(default=DEFAULT_RERANK_DEPTH, ge=1)
+    hybrid: HybridConfig = Field(default_factory=HybridConfig)
     model: str | None = None
     device: Literal["cpu", "cuda"] = "cpu"
     nprobe: int | None = Field(default=64, ge=1)
@@ -160,6 +166,8 @@ class SearchService:
     def health(self) -> dict:
         return {
             "status": "ok",
+            "retriever": getattr(self.backend, "retriever", None),
+            "index_type": (getattr(self.backend, "manifest", None) or {}).get("index_type"),
             "manifest": getattr(self.backend, "manifest", None),
             "index_version": self.version,
             "cache": self.cache.stats(),
@@ -214,12 +222,14 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
             set_cpu_threads(config.threads)
         active = backend
         if active is None:
-            from search_backend.local_faiss import LocalFaissBackend
+            from search_backend.config import SearchConfig, open_backend
 
             if config.index_dir is None:
                 raise ValueError("index_dir: required when no backend is given")
-            active = await asyncio.to_thread(LocalFaissBackend, config.index_dir, model=config.model,
-                                             device=config.device, nprobe=config.nprobe, ef_search=config.ef_search)
+            search = SearchConfig(backend=config.backend, index_dir=config.index_dir, model=config.model,
+                                  device=config.device, nprobe=config.nprobe, ef_search=config.ef_search,
+                                  rerank_depth=config.rerank_depth, hybrid=config.hybrid)
+            active = await asyncio.to_thread(open_backend, search)
         service = SearchService(active, config)
         if service.batcher:
             service.batcher.start()
@@ -287,13 +297,29 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     return app
 
 
+def _weights(text: str) -> tuple[float, float]:
+    try:
+        dense, bm25 = (float(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected two numbers, dense,bm25 (e.g. 1,0.5)") from None
+    return dense, bm25
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m search_backend.serve", description=__doc__)
     p.add_argument("--index", required=True, help="index directory made by search_backend.build_index")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     p.add_argument("--port", type=int, default=8002)
+    p.add_argument("--backend", default="local", choices=("local", "bm25", "hybrid"),
+                   help="local: dense search with the index's type; bm25: lexical (needs build_index --bm25); "
+                        "hybrid: both, fused by reciprocal rank")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--nprobe", type=int, default=64, help="IVF lists probed per query")
+    p.add_argument("--rerank-depth", type=int, default=DEFAULT_RERANK_DEPTH,
+                   help="compact index type: candidates re-scored exactly per query")
+    p.add_argument("--hybrid-weights", default=(1.0, 1.0), type=_weights,
+                   help="hybrid: dense,bm25 weights of the rank fusion (default 1,1)")
+    p.add_argument("--rrf-k", type=float, default=60.0, help="hybrid: reciprocal-rank offset")
     p.add_argument("--ef-search", type=int, default=128, help="HNSW search breadth")
     p.add_argument("--no-batching", action="store_true", help="run each request on its own")
     p.add_argument("--max-batch", type=int, default=64, help="most queries coalesced into one batch")
@@ -320,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    config = ServerConfig(index_dir=args.index, device=args.device, nprobe=args.nprobe, ef_search=args.ef_search,
+    dense_weight, bm25_weight = args.hybrid_weights
+    config = ServerConfig(index_dir=args.index, backend=args.backend, rerank_depth=args.rerank_depth,
+                          hybrid=HybridConfig(dense_weight=dense_weight, bm25_weight=bm25_weight, rrf_k=args.rrf_k),
+                          device=args.device, nprobe=args.nprobe, ef_search=args.ef_search,
                           batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                           cache_size=args.cache_size, max_top_k=args.max_top_k, max_queries=args.max_queries,
                           max_body_bytes=args.max_body_bytes, threads=args.threads,

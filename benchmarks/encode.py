@@ -1,0 +1,198 @@
+"""Encoding throughput: raw `SentenceTransformer.encode(texts, batch_size)` beside the index builder, per device.
+
+    python benchmarks/encode.py --corpus passages.jsonl [--offset 3000] [--limit 640] [--devices cpu,cuda]
+
+Both encode the same slice of passages (title line + text, as the builder embeds them), alternating raw and
+builder runs `--rounds` times in one process (which goes first alternates too) so that a shared machine's load
+hits both alike; the headline is the median of the per-round ratios. The builder's
+rate is passages / (its encode step minus its model load), the time from the store to the written fp16 shards,
+since the raw call is also timed with the model already loaded. On `cuda` the builder uses every visible GPU
+(one worker each); the raw call runs on cuda:0 in fp16, so per-GPU figures are raw x GPUs at best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from search_backend.build_index import GPU_BATCH, build  # noqa: E402
+from search_backend.encoder import Encoder, passage_text  # noqa: E402
+from search_backend.profiles import DEFAULT_MODEL  # noqa: E402
+
+
+def read_slice(path: Path, offset: int, limit: int) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for i, line in enumerate(handle):
+            if i >= offset + limit:
+                break
+            if i >= offset and line.strip():
+                rows.append(json.loads(line))
+    if not rows:
+        raise SystemExit(f"--corpus {path}: no passages in lines {offset}..{offset + limit}")
+    return rows
+
+
+def raw_rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
+    started = time.perf_counter()
+    encoder.model.encode(
+        texts,
+        batch_size=batch_size,
+        convert_to_numpy=True,
+        normalize_embeddings=encoder.profile.normalize,
+        show_progress_bar=False,
+    )
+    return len(texts) / (time.perf_counter() - started)
+
+
+def padded_tokens(encoder: Encoder, texts: list[str], batch_size: int) -> dict[str, int]:
+    """Tokens the model computes (each batch padded to its longest text) under each ordering."""
+    lengths = encoder.token_lengths(texts)
+
+    def padded(order: np.ndarray) -> int:
+        return int(
+            sum(
+                lengths[order[i : i + batch_size]].max() * len(order[i : i + batch_size])
+                for i in range(0, len(order), batch_size)
+            )
+        )
+
+    return {
+        "real": int(lengths.sum()),
+        "corpus_order": padded(np.arange(len(texts))),
+        "character_sort (sentence-transformers)": padded(np.argsort([-len(t) for t in texts], kind="stable")),
+        "token_sort (builder)": padded(np.argsort(-lengths, kind="stable")),
+    }
+
+
+def unsorted_rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
+    """The previous builder's way: one encode call per batch_size passages in corpus order (no length sort)."""
+    started = time.perf_counter()
+    for lo in range(0, len(texts), batch_size):
+        encoder.encode_passages(texts[lo : lo + batch_size], batch_size=batch_size)
+    return len(texts) / (time.perf_counter() - started)
+
+
+def builder_rate(corpus: Path, model: str, device: str, batch_size: int, work: Path) -> tuple[float, dict]:
+    out = work / "index"
+    shutil.rmtree(out, ignore_errors=True)
+    manifest = build(corpus, "jsonl", out, model=model, device=device, batch_size=batch_size)
+    timing = manifest["build"]
+    seconds = timing["encode_seconds"] - timing["model_load_seconds"]
+    return manifest["passages"] / seconds, timing
+
+
+def measure(
+    device: str, rows: list[dict], model: str, batch_size: int, rounds: int, work: Path, with_unsorted: bool
+) -> dict:
+    corpus = work / "slice.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    texts = [passage_text(r.get("title", ""), r["text"]) for r in rows]
+    encoder = Encoder(model, device="cuda:0" if device == "cuda" else device)
+    encoder.model.encode(texts[:batch_size], batch_size=batch_size, show_progress_bar=False)  # warm-up
+    raw, built, timings, unsorted = [], [], [], []
+    for i in range(rounds):
+        # Alternating which goes first cancels a machine that gets busier or quieter during the run.
+        if i % 2 == 0:
+            raw.append(raw_rate(encoder, texts, batch_size))
+        rate, timing = builder_rate(corpus, model, device, batch_size, work)
+        built.append(rate)
+        timings.append(timing)
+        if i % 2 == 1:
+            raw.append(raw_rate(encoder, texts, batch_size))
+        if with_unsorted:
+            unsorted.append(unsorted_rate(encoder, texts, batch_size))
+        extra = f", previous builder's per-batch calls {unsorted[-1]:.1f}" if unsorted else ""
+        print(
+            f"{device} round {i + 1}: raw {raw[-1]:.1f} passages/s, builder {built[-1]:.1f} passages/s "
+            f"({built[-1] / raw[-1]:.3f}x){extra}",
+            flush=True,
+        )
+    ratios = [b / r for b, r in zip(built, raw, strict=True)]
+    return {
+        "padded_tokens": padded_tokens(encoder, texts, batch_size),
+        "device": device,
+        "gpus": timings[-1]["gpus"],
+        "batch_size": batch_size,
+        "passages": len(texts),
+        "raw_passages_per_s": [round(r, 2) for r in raw],
+        "builder_passages_per_s": [round(b, 2) for b in built],
+        "ratio_per_round": [round(r, 3) for r in ratios],
+        "median_raw_passages_per_s": round(statistics.median(raw), 2),
+        "median_builder_passages_per_s": round(statistics.median(built), 2),
+        "ratio_of_medians": round(statistics.median(built) / statistics.median(raw), 3),
+        "median_ratio": round(statistics.median(ratios), 3),
+        "builder_model_load_seconds": timings[-1]["model_load_seconds"],
+        "unsorted_per_batch_passages_per_s": [round(u, 2) for u in unsorted],
+        "unsorted_ratio_of_medians": round(statistics.median(unsorted) / statistics.median(raw), 3)
+        if unsorted
+        else None,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", type=Path, required=True, help="JSONL passages {id, title, text}, e.g. kiltmini's")
+    p.add_argument("--offset", type=int, default=3000, help="first line of the slice")
+    p.add_argument("--limit", type=int, default=640, help="passages in the slice")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--devices", default="cpu", help="comma list of cpu and/or cuda")
+    p.add_argument("--batch-size", type=int, default=None, help=f"default 64 on CPU, {GPU_BATCH} on GPU")
+    p.add_argument("--rounds", type=int, default=5, help="raw/builder rounds per device (order alternates)")
+    p.add_argument(
+        "--no-unsorted",
+        action="store_true",
+        help="skip the reference run of the previous builder's way (per-batch calls, corpus order)",
+    )
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "encode.json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    import torch
+
+    rows = read_slice(args.corpus, args.offset, args.limit)
+    result: dict = {
+        "date": dt.date.today().isoformat(),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        },
+        "model": args.model,
+        "slice": {"corpus": args.corpus.name, "offset": args.offset, "passages": len(rows)},
+        "devices": [],
+    }
+    for device in [d.strip() for d in args.devices.split(",") if d.strip()]:
+        batch = args.batch_size or (GPU_BATCH if device == "cuda" else 64)
+        with tempfile.TemporaryDirectory(prefix="searchrl-encode-") as work:
+            result["devices"].append(
+                measure(device, rows, args.model, batch, args.rounds, Path(work), not args.no_unsorted)
+            )
+        print(json.dumps(result["devices"][-1]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Rebuilding into an existing index directory, and encoding split across (faked) devices.
+
+Corpora here are 40-passage slices of the search fixture, so each encode takes about a second.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import search_backend.build_index as build_index
+from search_backend.build_index import BuildError, build, resolve_devices
+from search_backend.local_faiss import IndexValidationError, LocalFaissBackend
+from tests.test_search_fixtures import PASSAGES, fixture_queries, scratch_dir
+
+N = 40
+SHARD = 12
+
+
+@functools.cache
+def corpora() -> tuple:
+    """(forward, reversed) corpus files holding the same 40 passages, and queries whose targets are in them."""
+    folder = scratch_dir("searchrl-rebuild-")
+    lines = PASSAGES.read_text(encoding="utf-8").splitlines()[:N]
+    forward, backward = folder / "forward.jsonl", folder / "reversed.jsonl"
+    forward.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    backward.write_text("\n".join(reversed(lines)) + "\n", encoding="utf-8")
+    ids = {json.loads(line)["id"] for line in lines}
+    queries = [q["query"] for q in fixture_queries() if q["ranked_ids"][0] in ids]
+    return forward, backward, queries
+
+
+def kwargs(**extra) -> dict:
+    return {"fmt": "jsonl", "shard_size": SHARD, "batch_size": 16, **extra}
+
+
+@functools.cache
+def clean_build(which: int) -> object:
+    out = scratch_dir("searchrl-clean-") / "index"
+    build(corpora()[which], out=out, **kwargs())
+    return out
+
+
+@functools.cache
+def encoder():
+    from search_backend.encoder import Encoder
+
+    return Encoder()
+
+
+def answers(index_dir) -> list[list[tuple[str, float]]]:
+    backend = LocalFaissBackend(index_dir, encoder=encoder())
+    return [[(p.id, round(p.score, 5)) for p in hits] for hits in backend.search_sync(corpora()[2], 5)]
+
+
+def test_rebuild_with_a_reordered_corpus_gives_the_clean_build(tmp_path):
+    out = tmp_path / "index"
+    shutil.copytree(clean_build(0), out)
+    build(corpora()[1], out=out, **kwargs())
+    clean = clean_build(1)
+    for shard in sorted((clean / "embeddings").glob("shard_*.npy")):
+        assert (out / "embeddings" / shard.name).read_bytes() == shard.read_bytes()
+    assert (out / "index.faiss").read_bytes() == (clean / "index.faiss").read_bytes()
+    assert answers(out) == answers(clean)
+    assert answers(out) != [] and len(corpora()[2]) >= 5
+
+
+def test_rebuild_killed_after_the_new_store_is_refused_at_load(tmp_path, monkeypatch):
+    out = tmp_path / "index"
+    shutil.copytree(clean_build(0), out)
+    old_manifest = (out / "manifest.json").read_text()
+
+    def killed(*args, **kw):
+        raise KeyboardInterrupt("killed after the store landed")
+
+    monkeypatch.setattr(build_index, "encode_shards", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build(corpora()[1], out=out, **kwargs())
+    assert (
+        json.loads((out / "store.json").read_text())["corpus_sha256"] != json.loads(old_manifest)["corpus"]["sha256"]
+    )
+    with pytest.raises(IndexValidationError, match="manifest.json"):
+        LocalFaissBackend(out, encoder=encoder())
+    # Even the old manifest put back (a build that never removed it) is refused: the store names another corpus.
+    (out / "manifest.json").write_text(old_manifest)
+    with pytest.raises(IndexValidationError, match="store.json"):
+        LocalFaissBackend(out, encoder=encoder())
+    monkeypatch.undo()
+    build(corpora()[1], out=out, **kwargs())
+    assert answers(out) == answers(clean_build(1))
+
+
+def test_shards_without_a_record_are_never_reused(tmp_path):
+    out = tmp_path / "index"
+    shutil.copytree(clean_build(0), out)
+    # What an interrupted clean-up of another corpus's shards could leave: shards, but no record of them.
+    (out / "embeddings.json").unlink()
+    shard = out / "embeddings" / "shard_00000.npy"
+    np.save(shard, np.zeros_like(np.load(shard)))
+    build(corpora()[0], out=out, **kwargs())
+    assert shard.read_bytes() == (clean_build(0) / "embeddings" / "shard_00000.npy").read_bytes()
+
+
+def test_encoding_on_two_faked_devices_matches_one_and_resumes(tmp_path):
+    out = tmp_path / "index"
+    shutil.copytree(
+        clean_build(0),
+        out,
+        ignore=shutil.ignore_patterns("manifest.json", "shard_00001.npy", "shard_00003.npy", "index.*"),
+    )
+    kept = out / "embeddings" / "shard_00000.npy"
+    before = kept.stat().st_mtime_ns
+    manifest = build(corpora()[0], out=out, **kwargs(device="cpu,cpu"))
+    assert manifest["build"]["device"] == "cpu,cpu" and manifest["build"]["encoded_passages"] == SHARD + N - 3 * SHARD
+    assert kept.stat().st_mtime_ns == before
+    clean = clean_build(0)
+    for shard in sorted((clean / "embeddings").glob("shard_*.npy")):
+        got, want = np.load(out / "embeddings" / shard.name), np.load(shard)
+        assert got.dtype == np.float16 and np.allclose(got, want, atol=2e-3)
+    assert [[i for i, _ in hits] for hits in answers(out)] == [[i for i, _ in hits] for hits in answers(clean)]
+
+
+def test_length_sorted_encoding_matches_sentence_transformers():
+    texts = [json.loads(line)["text"] for line in PASSAGES.read_text(encoding="utf-8").splitlines()[:24]]
+    texts += ["short", "two words"]
+    got = encoder().encode_passages_sorted(texts, batch_size=8)
+    want = encoder().model.encode(texts, batch_size=8, normalize_embeddings=True)
+    assert got.dtype == np.float16 and np.allclose(got, want, atol=1e-3)
+    assert encoder().token_lengths(["a b", "a b c d e f"]).tolist()[0] < encoder().token_lengths(["a b c d e f"])[0]
+
+
+def test_device_lists():
+    assert resolve_devices("cpu") == ["cpu"]
+    assert resolve_devices("cpu,cpu") == ["cpu", "cpu"]
+    assert resolve_devices("cuda:0, cuda:3") == ["cuda:0", "cuda:3"]
+    for bad in ("gpu", "cuda:x", "", "cuda,cuda:1"):
+        with pytest.raises(BuildError, match="device"):
+            resolve_devices(bad)
