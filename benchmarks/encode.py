@@ -1,6 +1,6 @@
 """Encoding throughput: raw `SentenceTransformer.encode(texts, batch_size)` beside the index builder, per device.
 
-    python benchmarks/encode.py --corpus passages.jsonl [--offset 3000] [--limit 640] [--devices cpu,cuda]
+    python -m benchmarks.encode --corpus passages.jsonl [--offset 3000] [--limit 640] [--devices cpu,cuda]
 
 Both encode the same slice of passages (title line + text, as the builder embeds them), alternating raw and
 builder runs `--rounds` times in one process (which goes first alternates too) so that a shared machine's load
@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +27,6 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from search_backend.build_index import GPU_BATCH, build  # noqa: E402
 from search_backend.encoder import Encoder, passage_text  # noqa: E402

@@ -1,6 +1,6 @@
 """Hostile input against both servers: status codes, event-loop blocking and memory, per input.
 
-    python benchmarks/hostile.py [--work-dir /tmp/searchrl-hostile] [--big-queries 1024] [--out FILE]
+    python -m benchmarks.hostile [--work-dir /tmp/searchrl-hostile] [--big-queries 1024] [--out FILE]
 
 Starts the reward server and the retrieval server (bundled mini index) as their own processes, with
 a bearer token, then sends each input of issue 16 and issue 14 item 4 while two threads watch the
@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402

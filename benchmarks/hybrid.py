@@ -1,6 +1,6 @@
 """Dense, BM25 and hybrid retrieval on kiltmini: recall of R1-Searcher's BGE-large top-1, and queries/s.
 
-    python benchmarks/hybrid.py --index DIR --queries kiltmini/queries.jsonl [--out FILE]
+    python -m benchmarks.hybrid --index DIR --queries kiltmini/queries.jsonl [--out FILE]
 
 DIR is an index directory built from kiltmini's passages.jsonl with `--bm25` (default model). The target of
 each query is `ranked_ids[0]`, the passage R1-Searcher's BGE-large + Flat retriever ranked first over all of
@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from search_backend.bm25 import BM25Backend  # noqa: E402
 from search_backend.hybrid import HybridBackend, HybridConfig, rrf_fuse  # noqa: E402

@@ -1,6 +1,6 @@
 """Load on both servers through the project's own clients, every answer checked against the in-process result.
 
-    python benchmarks/load.py [--reward-requests 20000] [--search-requests 3000] [--concurrency 64 256 1000]
+    python -m benchmarks.load [--reward-requests 20000] [--search-requests 3000] [--concurrency 64 256 1000]
                               [--idle-s 10] [--raw] [--libraries]
 
 What training does: a rollout batch is ~1,000 episodes in flight, each searching through `HttpSearchBackend`
@@ -30,17 +30,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.loadgen import LoadResult, closed_loop  # noqa: E402
-from eval.metrics import as_golds  # noqa: E402
-from eval.records import read_jsonl  # noqa: E402
 from reward_server.scoring import score_solution  # noqa: E402
 from reward_server.spec import PRESETS  # noqa: E402
 from rollout.reward_client import RewardClient  # noqa: E402
 from rollout.service import free_port, start_module, stop  # noqa: E402
 from search_backend.http_client import HttpSearchBackend  # noqa: E402
+from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.metrics import as_golds  # noqa: E402
 
 PROMPT = "User:{q}\nAssistant: <think>"
 TRAJECTORIES = [

@@ -1,6 +1,6 @@
 """Retrieval benchmark: server throughput vs the in-process limit, index types on kiltmini, a full-KILT projection.
 
-    python benchmarks/retrieval.py --kiltmini PATH/TO/kiltmini [--work-dir DIR] [--out FILE]
+    python -m benchmarks.retrieval --kiltmini PATH/TO/kiltmini [--work-dir DIR] [--out FILE]
 
 `--kiltmini` is a directory with passages.jsonl (id, title, text) and queries.jsonl (query, ranked_ids: the
 top-5 of R1-Searcher's BGE-large retriever over all of KILT). Embeddings are cached in --work-dir (the index
@@ -23,7 +23,6 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from benchmarks.loadgen import closed_loop  # noqa: E402
 from rollout.service import free_port  # noqa: E402

@@ -7,7 +7,7 @@ leaves. Bodies are what the agent sends (prompt + trajectory, prompt, label, met
 searches run). Server CPU per request (all worker processes) is reported beside it. Prints a table
 and writes JSON.
 
-    python benchmarks/reward_server.py [--seconds 6] [--concurrency 1 16 64 256] [--workers 1 2] [--out FILE]
+    python -m benchmarks.reward_server [--seconds 6] [--concurrency 1 16 64 256] [--workers 1 2] [--out FILE]
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from fastapi import FastAPI, Request, Response  # noqa: E402
 
@@ -39,7 +38,7 @@ CONSTANT = b'{"rewards": [0.0], "scores": [0.0], "extra_logs": {}}'
 def bench_app() -> FastAPI:
     """The reward server's own app (from $SEARCHRL_REWARD_SETTINGS, as `--workers` builds it) plus the baselines."""
     from reward_server.app import RewardRequest, app_from_env
-    from rollout.asgi_limits import parse_json
+    from searchrl.server import parse_json
 
     app = app_from_env()
 
@@ -61,7 +60,7 @@ def serve(port: int, workers: int) -> None:
 
     from reward_server.app import SETTINGS_ENV, ServerSettings
     from reward_server.spec import PRESETS
-    from rollout.asgi_limits import uvicorn_options
+    from searchrl.server import uvicorn_options
 
     settings = ServerSettings(spec=PRESETS[PRESET], preset=PRESET)
     os.environ[SETTINGS_ENV] = settings.to_env()
@@ -125,9 +124,9 @@ def measure(url: str, pids: list[int], bodies: list[bytes], concurrency: int, se
 
 def scoring_cost(records: list[dict]) -> float:
     """Microseconds to score one of these samples in process: the work the trivial endpoint does not do."""
-    from eval.metrics import as_golds
     from reward_server.scoring import score_solution
     from reward_server.spec import PRESETS
+    from searchrl.metrics import as_golds
 
     spec = PRESETS[PRESET]
     t0 = time.process_time()
@@ -139,7 +138,7 @@ def scoring_cost(records: list[dict]) -> float:
 
 def agent_bodies(records: list[dict]) -> list[bytes]:
     """What the agent sends at the end of an episode, with the searches the environment ran."""
-    from rollout.protocol import parse_solution
+    from searchrl.protocol import parse_solution
 
     for r in records:
         r["metadata"] = {"num_searches": parse_solution(r["gen_text_store"]).num_document_blocks, "search_errors": 0}

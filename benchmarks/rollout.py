@@ -1,7 +1,7 @@
 """Rollout figures: the environment's own overhead per step, and replayed episodes with retrieval
 per request versus batched through the retrieval server.
 
-    python benchmarks/rollout.py [--episodes 96] [--out benchmarks/results/rollout.json]
+    python -m benchmarks.rollout [--episodes 96] [--out benchmarks/results/rollout.json]
 
 Overhead is the agent step (parse the action, build the documents block, bookkeeping, tensors for
 OpenRLHF) with search and reward answered instantly, so neither is counted. The batch comparison
@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from eval.records import read_jsonl  # noqa: E402
 from rollout.agent import Runtime, SearchAgentInstance, load_agent_executor  # noqa: E402
 from rollout.config import load_stage  # noqa: E402
 from rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
@@ -35,6 +33,7 @@ from rollout.reward_client import RewardResult  # noqa: E402
 from rollout.service import free_port, start_module, stop  # noqa: E402
 from rollout.templates import render_prompt  # noqa: E402
 from search_backend.base import Passage  # noqa: E402
+from searchrl.jsonl import read_jsonl  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 STAGE1 = ROOT / "configs/stages/stage1_format.yaml"

@@ -1,8 +1,8 @@
 """Index types against corpus size: resident memory, build time, queries/s and 1-recall@10, projected to 25M.
 
-    python benchmarks/scale.py [--sizes 100000,500000,1000000,2000000] [--dim 1024] [--work-dir DIR]
+    python -m benchmarks.scale [--sizes 100000,500000,1000000,2000000] [--dim 1024] [--work-dir DIR]
         [--kiltmini-index DIR --kiltmini-queries FILE] [--out FILE] [--png FILE]
-    python benchmarks/scale.py --markdown [--out FILE]       # the README's tables, from the JSON
+    python -m benchmarks.scale --markdown [--out FILE]       # the README's tables, from the JSON
 
 Synthetic data: unit vectors of dimension 1024 drawn around 1,000 cluster centres in a 64-dimensional latent
 space, plus isotropic noise (real embeddings also have a low intrinsic dimension), written once as fp16
@@ -32,7 +32,6 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from search_backend.index_types import DEFAULT_RERANK_DEPTH, compact_code_size, top_k  # noqa: E402
 from search_backend.shards import EmbeddingShards, write_shard  # noqa: E402

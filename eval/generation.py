@@ -9,14 +9,14 @@ training (`rollout.environment`).
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from eval.segments import segment_text
 from rollout.environment import Episode, SearchEnvironment
-from rollout.protocol import END_QUERY
-from search_backend.http_transport import HttpSession, RetryPolicy, json_object
+from searchrl.http_transport import RetryPolicy
+from searchrl.openai_client import OpenAIClient, key_from_env
+from searchrl.protocol import END_QUERY
 
 
 @dataclass(frozen=True)
@@ -61,17 +61,18 @@ class OpenAICompletionsEngine:
         max_connections: int = 256,
         retries: int = 3,
     ) -> None:
-        key = os.environ.get(api_key_env)
         self.model = model
-        self.url = base_url.rstrip("/") + "/completions"
-        headers = {"Authorization": f"Bearer {key}"} if key else None
-        self._http = HttpSession(timeout_s=timeout_s, max_in_flight=max_connections, headers=headers)
-        self._retry = RetryPolicy(retries=retries)
+        self._llm = OpenAIClient(
+            base_url,
+            api_key=key_from_env(api_key_env),
+            retry=RetryPolicy(retries=retries),
+            timeout_s=timeout_s,
+            max_in_flight=max_connections,
+        )
+        self.url = self._llm.url("completions")
 
     async def _one(self, prompt: str, params: GenParams) -> Completion:
-        body = {
-            "model": self.model,
-            "prompt": prompt,
+        params_body = {
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
@@ -79,19 +80,15 @@ class OpenAICompletionsEngine:
             "include_stop_str_in_output": True,  # vLLM's extension; others ignore it
         }
         if params.seed is not None:
-            body["seed"] = params.seed
-        choice = await self._http.call_json("POST", self.url, body, parse=_first_choice, retry=self._retry)
+            params_body["seed"] = params.seed
+        choice = await self._llm.complete(self.model, prompt, **params_body)
         return Completion(*segment_text(choice))
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(p, params) for p in prompts)))
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-
-
-def _first_choice(data: Any) -> dict[str, Any]:
-    return json_object(json_object(data)["choices"][0])
+        await self._llm.aclose()
 
 
 class HFTextEngine:

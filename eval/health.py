@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from searchrl.curves import read_curves
+
 SIGNALS = (
     "searched",
     "num_searches",
@@ -36,23 +38,6 @@ class Thresholds:
     format_drop: float = 0.3
     search_floor: float = 0.05
     search_learned: float = 0.3
-
-
-def read_curves(logdir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar under `logdir` (all event files, all runs), keyed by its last name segment."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    curves: dict[str, dict[int, float]] = {}
-    files = sorted(logdir.rglob("events.out.tfevents.*"))
-    if not files:
-        raise FileNotFoundError(f"{logdir}: no TensorBoard event files (give --logger.tensorboard_dir's folder)")
-    for file in files:
-        acc = EventAccumulator(str(file), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
-            name = tag.rsplit("/", 1)[-1]
-            curves.setdefault(name, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    return {name: sorted(points.items()) for name, points in curves.items()}
 
 
 def _rolling(values: list[float], window: int) -> list[float]:

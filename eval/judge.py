@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from search_backend.http_transport import HttpSession, RequestEncodingError, RetryableError, encode_json
+from searchrl.http_transport import HttpRefusedError, RequestEncodingError, RetryableError, RetryPolicy
+from searchrl.openai_client import ChatAnswer, OpenAIClient, endpoint_url, key_from_env
 
 INSTRUCTION = (
     "You are grading an answer to a question. Decide whether the predicted answer fully matches the meaning "
@@ -31,7 +31,7 @@ INSTRUCTION = (
 )
 
 
-class JudgeError(RuntimeError):
+class JudgeError(ValueError):
     """The judge endpoint gave no usable verdict."""
 
 
@@ -58,6 +58,7 @@ class VerdictCache:
 
 
 def parse_verdict(text: str) -> bool:
+    """True or False from the judge's reply; JudgeError (a ValueError, so the reply is asked again) otherwise."""
     words = text.strip().strip(".").split()
     first = words[0].strip(".,:;!\"'").lower() if words else ""
     if first in ("true", "false"):
@@ -76,15 +77,18 @@ class LLMJudge:
         retries: int = 3,
         concurrency: int = 16,
     ) -> None:
-        key = os.environ.get(api_key_env)
         self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.url = endpoint_url(base_url, "chat/completions")
         self.retries = retries
         self.cache = VerdictCache(cache_path)
         self.calls = 0
-        self._sem = asyncio.Semaphore(concurrency)
-        headers = {"Authorization": f"Bearer {key}"} if key else None
-        self._http = HttpSession(timeout_s=timeout_s, max_in_flight=concurrency, headers=headers)
+        self._llm = OpenAIClient(
+            base_url,
+            api_key=key_from_env(api_key_env),
+            retry=RetryPolicy(retries=retries, backoff_s=0.5, backoff_max_s=10.0),
+            timeout_s=timeout_s,
+            max_in_flight=concurrency,
+        )
 
     def _key(self, question: str, golds: Sequence[str], prediction: str) -> str:
         return json.dumps([self.model, question, list(golds), prediction])
@@ -95,34 +99,25 @@ class LLMJudge:
         if cached is not None:
             return cached
         content = f"Question: {question}\nGold answer: {' | '.join(golds)}\nPredicted answer: {prediction}"
-        body = {
-            "model": self.model,
-            "temperature": 0,
-            "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": content}],
-        }
+        messages = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": content}]
+
+        def verdict_of(answer: ChatAnswer) -> tuple[bool, str]:
+            self.calls += 1
+            return parse_verdict(answer.content), answer.content
+
         try:
-            data = encode_json(body)
+            verdict, raw = await self._llm.chat(self.model, messages, parse=verdict_of, temperature=0)
         except RequestEncodingError as e:
             raise JudgeError(f"{self.url}: {e}") from None
-        last = ""
-        async with self._sem:
-            for attempt in range(self.retries + 1):
-                try:
-                    self.calls += 1
-                    resp = await self._http.send("POST", self.url, body=data)
-                    if resp.status == 200:
-                        raw = resp.json()["choices"][0]["message"]["content"]
-                        verdict = parse_verdict(raw)
-                        self.cache.put(key, verdict, raw)
-                        return verdict
-                    last = f"HTTP {resp.status}"
-                except (RetryableError, KeyError, IndexError, ValueError, JudgeError) as e:
-                    last = f"{type(e).__name__}: {e}"
-                await asyncio.sleep(min(2.0**attempt * 0.5, 10.0))
-        raise JudgeError(f"{self.url}: no verdict after {self.retries + 1} tries ({last})")
+        except HttpRefusedError as e:
+            raise JudgeError(f"{self.url}: refused: HTTP {e.status}") from None
+        except RetryableError as e:
+            raise JudgeError(f"{self.url}: no verdict after {e.tries} tries ({e})") from None
+        self.cache.put(key, verdict, raw)
+        return verdict
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._llm.aclose()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from eval.judging import JudgeKeys, fill_verdicts
-    from eval.records import RecordError
     from eval.runner import EXIT_UNJUDGED, refresh_summary
     from eval.score import score_file
+    from searchrl.jsonl import RecordError
 
     args = build_parser().parse_args(argv)
     keys = JudgeKeys(args.question_key, args.answer_key, args.pred_key or None, args.trajectory_key, args.judge_key)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from eval.metrics import as_golds
-from eval.records import field, read_jsonl
-from rollout.protocol import extract_answer
+from searchrl.jsonl import field, read_jsonl
+from searchrl.metrics import as_golds
+from searchrl.protocol import extract_answer
 
 
 class Judge(Protocol):

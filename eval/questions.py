@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.records import RecordError, read_jsonl
 from rollout.hub import load_dataset_rows
+from searchrl.jsonl import RecordError, read_jsonl
 
 DATA = Path(__file__).resolve().parent / "data"
 BUNDLED = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}

@@ -1,6 +1,6 @@
 r"""Evaluate on Bamboogle with live web search (R1-Searcher's online setting), through a web-search API.
 
-    python eval/run_bamboogle_online.py --provider serper|brave|tavily|searxng|exa --model configs/models/X.yaml \
+    python -m eval.run_bamboogle_online --provider serper|brave|tavily|searxng|exa --model configs/models/X.yaml \
         [--engine vllm|openai|hf] [--site en.wikipedia.org] [--fetch-pages [--summarize]] [--cache FILE] [--replay]
 
 API keys come from the environment: SERPER_API_KEY, BRAVE_API_KEY, TAVILY_API_KEY, EXA_API_KEY (SearXNG
@@ -15,24 +15,19 @@ import argparse
 import sys
 from pathlib import Path
 
-# Run as a script, Python puts eval/ first on sys.path, where its modules would shadow packages of
-# the same name; the project root takes its place.
-if not __package__:
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
 from pydantic import ValidationError  # noqa: E402
 
-from eval.records import RecordError  # noqa: E402
 from eval.resume import web_options  # noqa: E402
 from eval.runner import add_generation_args, episode_from, run_all  # noqa: E402
-from rollout.config import ConfigError  # noqa: E402
 from search_backend.base import SearchError  # noqa: E402
 from search_backend.web import WebSearchBackend, WebSearchConfig  # noqa: E402
+from searchrl.config import ConfigError  # noqa: E402
+from searchrl.jsonl import RecordError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="eval/run_bamboogle_online.py",
+        prog="python -m eval.run_bamboogle_online",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n".join(__doc__.splitlines()[1:]),

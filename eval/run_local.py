@@ -1,6 +1,6 @@
 r"""Evaluate on HotpotQA, 2Wiki, MuSiQue and Bamboogle with a local search backend (R1-Searcher's protocol).
 
-    python eval/run_local.py --dataset hotpotqa,2wiki,musique,bamboogle \
+    python -m eval.run_local --dataset hotpotqa,2wiki,musique,bamboogle \
         --model configs/models/X.yaml | --model CHECKPOINT_FOLDER --template base|chat|configs/models/X.yaml \
         [--stage configs/stages/stage2_answer.yaml] [--engine vllm|openai|hf|replay] \
         [--index DIR | --search-url URL | --search CONFIG.yaml] [--limit N] [--out DIR]
@@ -20,17 +20,12 @@ import os
 import sys
 from pathlib import Path
 
-# Run as a script, Python puts eval/ first on sys.path, where its modules would shadow packages of
-# the same name; the project root takes its place.
-if not __package__:
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
-from eval.records import RecordError  # noqa: E402
 from eval.resume import search_identity  # noqa: E402
 from eval.runner import add_generation_args, run_all  # noqa: E402
-from rollout.config import ConfigError, load  # noqa: E402
 from search_backend.base import SearchError  # noqa: E402
 from search_backend.config import SearchConfig, open_backend  # noqa: E402
+from searchrl.config import ConfigError, load  # noqa: E402
+from searchrl.jsonl import RecordError  # noqa: E402
 
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
@@ -56,7 +51,7 @@ async def probe(config: SearchConfig) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="eval/run_local.py",
+        prog="python -m eval.run_local",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n".join(__doc__.splitlines()[1:]),

@@ -27,18 +27,19 @@ from tqdm import tqdm
 from eval.generation import GenParams, HFTextEngine, OpenAICompletionsEngine, TextEngine, VLLMEngine, run_episodes
 from eval.judge import DEFAULT_CACHE, LLMJudge
 from eval.judging import JudgeKeys, fill_verdicts, needs_verdict
-from eval.metrics import all_metrics, as_golds
 from eval.models import resolve_model, template_config, template_id
 from eval.questions import dataset_name, load_questions
-from eval.records import read_jsonl
 from eval.report import write_reports
 from eval.resume import check_resume
 from eval.score import score_file
-from rollout.config import ConfigError, EpisodeConfig, ModelConfig, StageConfig, load, resolve_model_path, validate
+from rollout.config import EpisodeConfig, ModelConfig, StageConfig, resolve_model_path
 from rollout.environment import SearchEnvironment
-from rollout.protocol import parse_solution
 from rollout.templates import load_tokenizer, render_prompt
 from search_backend.base import SearchBackend
+from searchrl.config import ConfigError, load, validate
+from searchrl.jsonl import read_jsonl
+from searchrl.metrics import all_metrics, as_golds
+from searchrl.protocol import parse_solution
 
 # R1-Searcher's evaluation protocol: top-5 passages, up to 16 searches (training uses 3 and 8).
 EVAL_EPISODE = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}

@@ -11,9 +11,9 @@ import json
 import sys
 from typing import Any
 
-from eval.metrics import all_metrics, as_golds
-from eval.records import RecordError, field, read_jsonl
-from rollout.protocol import extract_answer
+from searchrl.jsonl import RecordError, field, read_jsonl
+from searchrl.metrics import all_metrics, as_golds
+from searchrl.protocol import extract_answer
 
 
 def score_file(

@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from eval.records import read_jsonl  # noqa: E402
 from rollout.agent import Runtime, load_agent_executor  # noqa: E402
-from rollout.config import ConfigError, load_stage, parse_overrides  # noqa: E402
+from rollout.config import load_stage  # noqa: E402
 from rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
-from rollout.protocol import parse_solution  # noqa: E402
 from rollout.service import free_port, start_module, stop  # noqa: E402
 from rollout.templates import render_prompt  # noqa: E402
+from searchrl.config import ConfigError, parse_overrides  # noqa: E402
+from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.protocol import parse_solution  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 STAGE1 = ROOT / "configs/stages/stage1_format.yaml"
@@ -108,7 +108,7 @@ def cpu_overrides(overrides: list[str]) -> list[str]:
     if refused:
         raise ConfigError(
             f"the CPU demo cannot honour {', '.join(refused)}: it applies episode.* and reward.* overrides "
-            "(e.g. episode.max_queries_per_block=3, episode.process_reward_weight=0.5); the others only mean "
+            "(e.g. episode.max_queries_per_block=3, reward.process_weight=0.5); the others only mean "
             "something to the real job (--real, on a GPU node)"
         )
     load_stage(STAGE1, overrides)
@@ -201,6 +201,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
         "mode": "cpu-demo",
         "overrides": options,
         "episode": stage.episode.model_dump(),
+        "reward": stage.reward.model_dump(),
         "episodes": len(results),
         "replay": {
             "episodes": len(replays),

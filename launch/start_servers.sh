@@ -5,7 +5,7 @@
 #   launch/start_servers.sh --index DIR [--stage stage1|stage2] [--search-port 8002] [--reward-port 8001]
 #                           [--host 127.0.0.1] [--run-dir runs/servers]
 #   launch/start_servers.sh stop [--run-dir runs/servers]
-# Extra `key=value` arguments are reward-spec overrides for the reward server.
+# Extra `key=value` arguments are stage-config overrides (e.g. reward.answer_metric=f1), as for ray_submit.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SEARCHRL_VENV:-$ROOT/.venv}"
@@ -39,15 +39,14 @@ stop_one() {
 }
 if [ "$ACTION" = stop ]; then stop_one retrieval; stop_one reward; exit 0; fi
 
-case "$STAGE" in
-  stage1) CONFIG="$ROOT/configs/stages/stage1_format.yaml" ;;
-  stage2) CONFIG="$ROOT/configs/stages/stage2_answer.yaml" ;;
-  *) echo "error: --stage must be stage1 or stage2, got $STAGE" >&2; exit 2 ;;
-esac
+# The stage set lives in rollout/submit.py; the reward server gets the resolved config the agent reads.
+case "$STAGE" in stage*) ;; *) echo "error: --stage must be stage1 or stage2, got $STAGE" >&2; exit 2 ;; esac
 [ -n "$INDEX" ] || { echo "error: --index DIR is required (build one with python -m search_backend.build_index)" >&2; exit 2; }
 [ -f "$INDEX/manifest.json" ] || { echo "error: --index $INDEX has no manifest.json (an unfinished build?)" >&2; exit 2; }
 
 cd "$ROOT"
+RESOLVED="$RUN_DIR/$STAGE.resolved.json"
+"$PY" -m rollout.resolve_stage "$STAGE" --out "$RESOLVED" ${OVERRIDES[@]+"${OVERRIDES[@]}"} >/dev/null
 port_free() {  # port: whether nothing listens on it (a healthy answer there would be someone else's)
   "$PY" -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); \
 s.bind(('$HOST', $1))" 2>/dev/null
@@ -66,7 +65,7 @@ start_one() {  # name port command...
   echo "[servers] $name: pid $!, http://$HOST:$port, log $RUN_DIR/$name.log"
 }
 start_one retrieval "$SEARCH_PORT" "$PY" -m search_backend.serve --index "$INDEX"
-start_one reward "$REWARD_PORT" "$PY" -m reward_server --config "$CONFIG" ${OVERRIDES[@]+"${OVERRIDES[@]}"}
+start_one reward "$REWARD_PORT" "$PY" -m reward_server --resolved "$RESOLVED"
 
 wait_health() {  # name port
   for _ in $(seq 1 600); do

@@ -1,4 +1,4 @@
-"""`python -m reward_server --config configs/stages/stage2_answer.yaml --port 8001` (or `--preset NAME`)."""
+"""`python -m reward_server --resolved runs/servers/stage2.json --port 8001` (or `--config FILE`, `--preset NAME`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import uvicorn
 
-from reward_server.app import SETTINGS_ENV, TOKEN_ENV, ServerSettings, create_app, token_from_env
-from reward_server.spec import PRESETS
-from rollout.asgi_limits import Limits, uvicorn_options
-from rollout.config import ConfigError, load_reward_spec
+from reward_server.app import SETTINGS_ENV, TOKEN_ENV, ServerSettings, create_app
+from reward_server.spec import PRESETS, load_reward_spec, resolved_reward_spec
+from searchrl.config import ConfigError
+from searchrl.server import Limits, server_token, uvicorn_options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"Bearer-token auth is on when ${TOKEN_ENV} is set. Presets: {', '.join(sorted(PRESETS))}.",
     )
     src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--resolved", type=Path, help="a resolved stage config (JSON, as the agent reads it): its `reward` is the spec"
+    )
     src.add_argument("--config", help="a stage config whose `reward:` section is the spec")
     src.add_argument("--preset", choices=sorted(PRESETS), help="a named reward spec instead of --config")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1, loopback only)")
@@ -46,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
     try:
-        spec = load_reward_spec(args.config, args.preset, args.overrides)
+        if args.resolved is not None:
+            if args.overrides:
+                raise ConfigError("--resolved: the spec is already resolved; give overrides when resolving it")
+            spec = resolved_reward_spec(args.resolved)
+        else:
+            spec = load_reward_spec(args.config, args.preset, args.overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -63,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         max_items=args.max_items,
         max_query_chars=args.max_query_chars,
-        token=token_from_env(),
+        token=server_token(None, TOKEN_ENV),
         limits=limits,
     )
     logging.basicConfig(level=logging.INFO)

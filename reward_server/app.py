@@ -20,24 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
-from eval.metrics import as_golds
 from reward_server.scoring import SampleScore, score_solution
 from reward_server.spec import RewardSpec
-from rollout.asgi_limits import (
-    BodyError,
+from searchrl.metrics import as_golds
+from searchrl.protocol import split_solution
+from searchrl.server import (
     Limits,
-    RequestGuard,
+    RequestError,
+    guard,
     is_authorized,
-    parse_json,
+    parse_body,
     release_freed_memory,
-    secret_value,
+    server_token,
 )
-from rollout.protocol import split_solution
 
 log = logging.getLogger("reward_server")
 
@@ -65,15 +65,6 @@ class RewardResponse(BaseModel):
     rewards: list[float]
     scores: list[float]
     extra_logs: dict[str, list[float]]
-
-
-class RequestError(Exception):
-    """A request that is well typed but inconsistent; answered with 422 naming the field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass
@@ -111,7 +102,7 @@ class ServerSettings:
             spec=RewardSpec.model_validate(data.pop("spec")),
             log_jsonl=Path(data.pop("log_jsonl")) if data.get("log_jsonl") else None,
             limits=Limits(**data.pop("limits")),
-            token=token_from_env(),
+            token=server_token(None, TOKEN_ENV),
             **{k: v for k, v in data.items() if k != "log_jsonl"},
         )
 
@@ -138,13 +129,7 @@ class _ScoreLog:
 
 
 def _parse(body: bytes) -> RewardRequest:
-    try:
-        return RewardRequest.model_validate(parse_json(body))
-    except BodyError as e:
-        raise RequestError(e.field, e.message) from None
-    except ValidationError as e:
-        first = e.errors(include_url=False)[0]
-        raise RequestError(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
+    return parse_body(body, RewardRequest)
 
 
 def _shown(value: Any) -> str:
@@ -209,10 +194,6 @@ def _handle(body: bytes, settings: ServerSettings) -> tuple[RewardRequest, list[
     return req, golds, _score_batch(req, golds, settings.spec)
 
 
-def _error(status: int, field_name: str, message: str) -> JSONResponse:
-    return JSONResponse({"detail": f"{field_name}: {message}", "field": field_name}, status_code=status)
-
-
 _REQUEST_SCHEMA = RewardRequest.model_json_schema()
 
 
@@ -228,16 +209,12 @@ def create_app(settings: ServerSettings) -> FastAPI:
             state["log"].close()
 
     app = FastAPI(title="searchrl reward server", lifespan=lifespan)
-    app.add_middleware(
-        RequestGuard,
+    guard(
+        app,
         max_bytes=settings.max_body_bytes,
-        token=secret_value(settings.token),
+        token=server_token(settings.token, TOKEN_ENV),
         body_timeout_s=settings.limits.body_timeout_s,
     )
-
-    @app.exception_handler(RequestError)
-    async def _inconsistent(request: Request, exc: RequestError) -> JSONResponse:
-        return _error(422, exc.field, exc.message)
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
@@ -248,6 +225,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
             "status": "ok",
             "preset": settings.preset,
             "spec": settings.spec.model_dump(),
+            "spec_digest": settings.spec.digest(),
+            "weights": settings.spec.weights(),
             "scored": state["scored"],
             "uptime_s": round(time.time() - state["started"], 1),
             "pid": os.getpid(),
@@ -298,7 +277,3 @@ def create_app(settings: ServerSettings) -> FastAPI:
 def app_from_env() -> FastAPI:
     """The app for a `--workers` process: settings from $SEARCHRL_REWARD_SETTINGS, token from its own variable."""
     return create_app(ServerSettings.from_env(os.environ[SETTINGS_ENV]))
-
-
-def token_from_env() -> str | None:
-    return os.environ.get(TOKEN_ENV) or None

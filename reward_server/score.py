@@ -13,11 +13,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from eval.metrics import as_golds
-from eval.records import RecordError, field, read_jsonl
 from reward_server.scoring import score_solution
-from reward_server.spec import PRESETS, RewardSpec
-from rollout.config import ConfigError, load_reward_spec
+from reward_server.spec import PRESETS, RewardSpec, load_reward_spec
+from searchrl.config import ConfigError
+from searchrl.jsonl import RecordError, field, read_jsonl
+from searchrl.metrics import as_golds
 
 
 def score_records(

@@ -6,12 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eval.metrics import all_metrics
+from reward_server.components import answer_score, format_valid, format_violated, search_well_formed
+from reward_server.format_rules import context_from_metadata, find_violations
 from reward_server.spec import RewardSpec
-from rollout.format_rules import context_from_metadata, find_violations
-from rollout.protocol import parse_solution
-from stage1_format.reward import format_valid, search_well_formed
-from stage2_answer.reward import answer_score, format_violated
+from searchrl.metrics import all_metrics
+from searchrl.protocol import parse_solution
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,29 @@
-"""The reward specification: which components count and with what explicit weight, plus presets.
+"""The reward specification, the one `reward:` section of a stage config: every component with its weight.
 
-reward = answer_weight * answer_metric + answer_bias          (answer term, bias only with no answer)
-       + search_weight * [search well formed]                  (stage 1)
-       + format_weight * [no violation among format_rules]     (stage 1)
+reward = answer_weight * answer_metric + answer_bias             (stage 2; the bias is added either way)
+       + search_weight * [searched, blocks well formed]          (stage 1)
+       + format_weight * [no violation among format_rules]       (stage 1)
        - violation_penalty * [any violation among penalty_rules] (stage 2)
+       + process_weight * [documents hold a gold answer], per search      (agent, per step)
+       + efficiency_weight * [fewer searches among correct samples]       (agent, per prompt group)
+       - cost_weight * cost / largest recent cost                         (agent, per engine process)
+
+The functions are in reward_server/components.py; the reward server applies the first four
+(scoring.py), the agent the last three (group.py, and the environment's step reward).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rollout.format_rules import RULES
+from reward_server.format_rules import RULES
+from searchrl.config import ConfigError, apply_override, format_errors, parse_overrides, read_yaml
 
 # The format bonus covers every rule but the query/documents tag counts, which the search bonus
 # covers; forged documents void both, as the worst way to game stage 1.
@@ -32,6 +43,18 @@ class RewardSpec(BaseModel):
     penalty_rules: tuple[str, ...] = Field(tuple(RULES), description="rules whose violation costs the penalty")
     max_answer_words: int = Field(10, ge=1)
     check_cjk: bool = True
+    process_weight: float = Field(
+        0.0, ge=0, description="per search whose documents contain the gold answer (Agent-R1's idea); 0 = off"
+    )
+    efficiency_weight: float = Field(
+        0.0, ge=0, description="bonus for fewer searches among a group's correct samples (R1-Searcher++); 0 = off"
+    )
+    efficiency_group_size: int | None = Field(None, ge=2, description="default: openrlhf.rollout.n_samples_per_prompt")
+    efficiency_timeout_s: float = Field(300.0, gt=0, description="longest wait for the rest of a group")
+    cost_weight: float = Field(
+        0.0, ge=0, description="subtract weight x the episode's search cost, normalised (Router-R1); 0 = off"
+    )
+    cost_window: int = Field(256, ge=1, description="recent episodes the cost is normalised over")
 
     @field_validator("format_rules", "penalty_rules")
     @classmethod
@@ -41,14 +64,57 @@ class RewardSpec(BaseModel):
             raise ValueError(f"unknown rule(s) {unknown}; known rules: {sorted(RULES)}")
         return names
 
+    def weights(self) -> dict[str, float]:
+        """Every component by name with its weight (the violation penalty counts negative)."""
+        return {
+            "answer": self.answer_weight,
+            "search": self.search_weight,
+            "format": self.format_weight,
+            "violation": -self.violation_penalty,
+            "process": self.process_weight,
+            "efficiency": self.efficiency_weight,
+            "cost": -self.cost_weight,
+        }
+
+    def digest(self) -> str:
+        """A short hash of the whole spec: equal digests, equal rewards."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def differing_components(self, other: dict[str, Any]) -> list[str]:
+        """The components (or shared settings) whose keys differ between this spec and `other` (a dumped spec)."""
+        mine = json.loads(json.dumps(self.model_dump(mode="json")))
+        keys = sorted(k for k in set(mine) | set(other) if mine.get(k) != other.get(k))
+        return list(dict.fromkeys(COMPONENT_OF_KEY.get(k, k) for k in keys))
+
     def bounds(self) -> tuple[float, float]:
-        """The lowest and highest reward this spec can give."""
+        """The lowest and highest reward the reward server gives (the agent's group-level terms aside)."""
         answer = sorted((self.answer_bias, self.answer_weight + self.answer_bias))
         bonuses = [self.search_weight, self.format_weight]
         low = answer[0] + sum(min(0.0, w) for w in bonuses) - (self.violation_penalty if self.penalty_rules else 0.0)
         high = answer[1] + sum(max(0.0, w) for w in bonuses)
         return low, high
 
+
+# Which component each key of the spec belongs to, so a difference names the component.
+COMPONENT_OF_KEY = {
+    "answer_metric": "answer",
+    "answer_weight": "answer",
+    "answer_bias": "answer",
+    "search_weight": "search",
+    "format_weight": "format",
+    "format_rules": "format",
+    "violation_penalty": "violation",
+    "penalty_rules": "violation",
+    "max_answer_words": "format rules (max_answer_words)",
+    "check_cjk": "format rules (check_cjk)",
+    "process_weight": "process",
+    "efficiency_weight": "efficiency",
+    "efficiency_group_size": "efficiency",
+    "efficiency_timeout_s": "efficiency",
+    "cost_weight": "cost",
+    "cost_window": "cost",
+}
 
 STAGE1_FORMAT = RewardSpec(answer_weight=0.0, search_weight=0.5, format_weight=0.5, violation_penalty=0.0)
 STAGE2_ANSWER = RewardSpec(answer_metric="em", violation_penalty=2.0)
@@ -71,3 +137,50 @@ PRESETS: dict[str, RewardSpec] = {
         penalty_rules=(),
     ),
 }
+
+
+def load_reward_spec(
+    config: str | Path | None = None, preset: str | None = None, overrides: Iterable[str] = ()
+) -> RewardSpec:
+    """The reward spec of a stage config (`reward:` section) or of a named preset, with overrides.
+
+    Overrides may name the spec's keys directly (`answer_metric=f1`) or with the `reward.` prefix.
+    """
+    if (config is None) == (preset is None):
+        raise ConfigError("give exactly one of --config FILE or --preset NAME")
+    pairs = [(k if k.startswith("reward.") else f"reward.{k}", v) for k, v in parse_overrides(overrides)]
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"--preset: unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+        data: dict[str, Any] = {"reward": PRESETS[preset].model_dump()}
+        source = f"preset {preset}"
+    else:
+        data = read_yaml(config)  # type: ignore[arg-type]
+        source = str(config)
+        if "reward" not in data:
+            raise ConfigError(f"{source}: reward: missing section (the reward spec of the stage)")
+    for key, value in pairs:
+        apply_override(data, key, value)
+    if not isinstance(data["reward"], dict):
+        raise ConfigError(f"{source}: reward: expected a mapping")
+    try:
+        return RewardSpec.model_validate(data["reward"])
+    except ValidationError as e:
+        raise ConfigError(format_errors(source, e).replace(f"{source}: ", f"{source}: reward.")) from None
+
+
+def resolved_reward_spec(path: str | Path) -> RewardSpec:
+    """The `reward` section of a resolved stage config (the JSON the agent reads)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the resolved config: {e}") from None
+    except ValueError as e:
+        raise ConfigError(f"{p}: not JSON: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("reward"), dict):
+        raise ConfigError(f"{p}: reward: missing section (write it with python -m rollout.resolve_stage)")
+    try:
+        return RewardSpec.model_validate(data["reward"])
+    except ValidationError as e:
+        raise ConfigError(format_errors(str(p), e).replace(f"{p}: ", f"{p}: reward.")) from None

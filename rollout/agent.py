@@ -20,13 +20,13 @@ from typing import Any, ClassVar
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from rollout.config import CONFIG_ENV, CONFIG_JSON_ENV, ConfigError, StageConfig
-from rollout.cost import RollingCost
-from rollout.efficiency import GroupBonus
+from reward_server.group import EpisodeTerms
+from rollout.config import CONFIG_ENV, CONFIG_JSON_ENV, StageConfig
 from rollout.environment import Episode, SearchEnvironment
-from rollout.protocol import END_QUERY
 from rollout.reward_client import RewardClient
 from search_backend.config import open_backend
+from searchrl.config import ConfigError
+from searchrl.protocol import END_QUERY
 
 
 def config_source() -> str:
@@ -85,8 +85,7 @@ class Runtime:
     stage: StageConfig
     environment: SearchEnvironment
     rewards: RewardClient
-    efficiency: GroupBonus | None = None
-    costs: RollingCost | None = None
+    terms: EpisodeTerms | None = None
 
     _current: ClassVar[Runtime | None] = None
 
@@ -98,13 +97,9 @@ class Runtime:
             timeout_s=stage.reward_server.timeout_s,
             token=os.environ.get(stage.reward_server.token_env),
         )
-        ep = stage.episode
-        efficiency = None
-        if ep.efficiency_weight > 0:
-            size = ep.efficiency_group_size or int(stage.openrlhf.get("rollout.n_samples_per_prompt") or 1)
-            efficiency = GroupBonus(size, ep.efficiency_weight, ep.efficiency_timeout_s)
-        costs = RollingCost(ep.cost_window) if ep.cost_weight > 0 else None
-        return cls(stage, SearchEnvironment(open_backend(stage.search), ep), rewards, efficiency, costs)
+        terms = EpisodeTerms(stage.reward, int(stage.openrlhf.get("rollout.n_samples_per_prompt") or 1))
+        environment = SearchEnvironment(open_backend(stage.search), stage.episode, stage.reward)
+        return cls(stage, environment, rewards, terms)
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -197,13 +192,9 @@ class SearchAgentInstance(AgentInstanceBase):
         self.finished = True
         result = await self.runtime.environment.finish(self.episode, self.runtime.rewards, budget_cut=budget_cut)
         reward, logs = result.reward, result.extra_logs
-        if self.runtime.efficiency is not None:
-            correct = logs.get(self.runtime.stage.reward.answer_metric, 0.0) >= 1.0
-            bonus = await self.runtime.efficiency.bonus(self.episode.prompt, self.episode.num_searches, correct)
-            reward, logs = reward + bonus, {**logs, "efficiency_bonus": bonus}
-        if self.runtime.costs is not None:
-            penalty = self.runtime.stage.episode.cost_weight * self.runtime.costs.normalised(self.episode.cost)
-            reward, logs = reward - penalty, {**logs, "search_cost": self.episode.cost, "cost_penalty": penalty}
+        if self.runtime.terms is not None:
+            ep = self.episode
+            reward, logs = await self.runtime.terms.settle(reward, logs, ep.prompt, ep.num_searches, ep.cost)
         return {
             "rewards": torch.tensor(reward),
             "scores": torch.tensor(result.score),

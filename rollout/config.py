@@ -9,24 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_server.spec import RewardSpec
 from search_backend.config import SearchConfig
+from searchrl.config import ConfigError, load
 
-M = TypeVar("M", bound=BaseModel)
 # The resolved stage config for the agent in every vLLM engine process: inline JSON (what a Ray
 # submit sets, since env_vars reach every worker) or, for local runs, the path of a JSON file.
 CONFIG_JSON_ENV = "SEARCHRL_CONFIG_JSON"
 CONFIG_ENV = "SEARCHRL_CONFIG"
 FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | None
-
-
-class ConfigError(ValueError):
-    """A config file or override that does not validate; the message names file, key and expectation."""
 
 
 class Strict(BaseModel):
@@ -60,28 +55,36 @@ class ModelConfig(Strict):
         return self.tokenizer_path or self.model_path
 
 
+# Every reward weight lives in the one `reward:` spec; these episode keys of older configs moved there.
+MOVED_TO_REWARD = {
+    "process_reward_weight": "process_weight",
+    "efficiency_weight": "efficiency_weight",
+    "efficiency_group_size": "efficiency_group_size",
+    "efficiency_timeout_s": "efficiency_timeout_s",
+    "cost_weight": "cost_weight",
+    "cost_window": "cost_window",
+}
+
+
 class EpisodeConfig(Strict):
     """The search episode: how many passages per search, how many searches, tokens per segment."""
 
     top_k: int = Field(3, ge=1, le=50)
     max_searches: int = Field(8, ge=0, le=64)
     max_segment_tokens: int = Field(512, ge=1)
-    process_reward_weight: float = Field(
-        0.0, ge=0, description="per search whose documents contain the gold answer (Agent-R1's idea); 0 = off"
-    )
     max_queries_per_block: int = Field(
         1, ge=1, le=16, description="queries one query block may hold, split on query_separator (RAG-R1); 1 = off"
     )
     query_separator: str = Field("||", min_length=1, description="separates the queries of one block")
-    efficiency_weight: float = Field(
-        0.0, ge=0, description="bonus for fewer searches among a group's correct samples (R1-Searcher++); 0 = off"
-    )
-    efficiency_group_size: int | None = Field(None, ge=2, description="default: openrlhf.rollout.n_samples_per_prompt")
-    efficiency_timeout_s: float = Field(300.0, gt=0, description="longest wait for the rest of a group")
-    cost_weight: float = Field(
-        0.0, ge=0, description="subtract weight x the episode's search cost, normalised (Router-R1); 0 = off"
-    )
-    cost_window: int = Field(256, ge=1, description="recent episodes the cost is normalised over")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_reward(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in MOVED_TO_REWARD.items():
+                if old in data:
+                    raise ValueError(f"`episode.{old}` moved to the reward spec: write `reward.{new}` instead")
+        return data
 
 
 class RewardServerConfig(Strict):
@@ -117,80 +120,6 @@ class StageConfig(Strict):
         return flags
 
 
-def parse_overrides(items: Iterable[str]) -> list[tuple[str, Any]]:
-    """`key=value` pairs; values are read as YAML scalars (16 -> int, true -> bool, 2e-6 -> float)."""
-    pairs = []
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override `{item}`: expected key=value, e.g. reward.answer_metric=f1")
-        value = yaml.safe_load(raw) if raw.strip() else ""
-        pairs.append((key.strip(), value))
-    return pairs
-
-
-def apply_override(data: dict[str, Any], key: str, value: Any) -> None:
-    """Set a dotted key. Inside a mapping whose keys are themselves dotted (the OpenRLHF flags), the
-    rest of the key is one flag name: `openrlhf.rollout.n_samples_per_prompt=8`."""
-    parts = key.split(".")
-    node = data
-    while parts:
-        for cut in range(len(parts), 0, -1):
-            head = ".".join(parts[:cut])
-            if head in node:
-                break
-        else:
-            cut = len(parts) if any("." in k for k in node) else 1
-            head = ".".join(parts[:cut])
-        rest = parts[cut:]
-        if not rest:
-            node[head] = value
-            return
-        child = node.get(head)
-        if child is None:
-            child = node[head] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"override `{key}`: `{head}` is a value, not a section")
-        node, parts = child, rest
-
-
-def _format_errors(source: str, err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        got = e.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{source}: {key}: {e['msg']}{shown}")
-    return "\n".join(lines)
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such config file")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
-def validate(model: type[M], data: dict[str, Any], source: str) -> M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_format_errors(source, e)) from None
-
-
-def load(model: type[M], path: str | Path, overrides: Iterable[str] = ()) -> M:
-    data = read_yaml(path)
-    for key, value in parse_overrides(overrides):
-        apply_override(data, key, value)
-    return validate(model, data, str(path))
-
-
 def resolve_model_path(stage_file: str | Path, model: str) -> Path:
     """A stage's `model:` path, tried from the working directory, then from the stage file's folder."""
     for candidate in (Path(model), Path(stage_file).parent / model):
@@ -204,35 +133,3 @@ def load_stage(path: str | Path, overrides: Iterable[str] = ()) -> tuple[StageCo
     stage = load(StageConfig, path, overrides)
     model_path = resolve_model_path(path, stage.model)
     return stage, load(ModelConfig, model_path)
-
-
-def load_reward_spec(
-    config: str | Path | None = None, preset: str | None = None, overrides: Iterable[str] = ()
-) -> RewardSpec:
-    """The reward spec of a stage config (`reward:` section) or of a named preset, with overrides.
-
-    Overrides may name the spec's keys directly (`answer_metric=f1`) or with the `reward.` prefix.
-    """
-    from reward_server.spec import PRESETS
-
-    if (config is None) == (preset is None):
-        raise ConfigError("give exactly one of --config FILE or --preset NAME")
-    pairs = [(k if k.startswith("reward.") else f"reward.{k}", v) for k, v in parse_overrides(overrides)]
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"--preset: unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-        data: dict[str, Any] = {"reward": PRESETS[preset].model_dump()}
-        source = f"preset {preset}"
-    else:
-        data = read_yaml(config)  # type: ignore[arg-type]
-        source = str(config)
-        if "reward" not in data:
-            raise ConfigError(f"{source}: reward: missing section (the reward spec of the stage)")
-    for key, value in pairs:
-        apply_override(data, key, value)
-    if not isinstance(data["reward"], dict):
-        raise ConfigError(f"{source}: reward: expected a mapping")
-    try:
-        return RewardSpec.model_validate(data["reward"])
-    except ValidationError as e:
-        raise ConfigError(_format_errors(source, e).replace(f"{source}: ", f"{source}: reward.")) from None

@@ -11,11 +11,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.metrics import as_golds, normalize_answer
+from reward_server.components import documents_contain, process_reward
+from reward_server.spec import RewardSpec
 from rollout.config import EpisodeConfig
-from rollout.protocol import format_documents, last_query, split_queries
 from rollout.reward_client import RewardClient, RewardResult
 from search_backend.base import Passage, SearchBackend, SearchError, r1_text
+from searchrl.metrics import as_golds
+from searchrl.protocol import format_documents, last_query, split_queries
 
 SEARCH_FAILED = "The search failed ({reason}); no documents are available for this query."
 NOTHING_FOUND = "No documents were found for this query."
@@ -36,6 +38,7 @@ class Episode:
     gold_hits: int = 0
     num_queries: int = 0  # queries sent to the backend; more than num_searches in multi-query mode
     cost: float = 0.0  # what the backend charged (LLM routing), summed over the episode
+    process_reward: float = 0.0  # the step rewards, summed
 
     def metadata(self) -> dict[str, Any]:
         return {"num_searches": self.num_searches, "search_errors": self.search_errors}
@@ -46,19 +49,15 @@ class StepOutcome:
     feedback: str
     done: bool
     query: str | None = None
-    reward: float = 0.0  # the process reward of this step; 0 unless episode.process_reward_weight is set
-
-
-def documents_contain(texts: list[str], golds: list[str]) -> bool:
-    """Whether any gold answer appears, as whole normalised tokens, in the retrieved documents."""
-    haystack = f" {normalize_answer(' '.join(texts))} "
-    return any(g and f" {g} " in haystack for g in (normalize_answer(gold) for gold in golds))
+    reward: float = 0.0  # the process reward of this step; 0 unless reward.process_weight is set
 
 
 class SearchEnvironment:
-    def __init__(self, search: SearchBackend, episode: EpisodeConfig) -> None:
+    def __init__(self, search: SearchBackend, episode: EpisodeConfig, reward: RewardSpec | None = None) -> None:
+        """`reward`: the spec whose process weight gives each search its step reward (None: no step rewards)."""
         self.search = search
         self.config = episode
+        self.process_weight = reward.process_weight if reward is not None else 0.0
 
     async def step(self, ep: Episode, action_text: str) -> StepOutcome:
         """Append the action; search when it asks for one, otherwise end the episode."""
@@ -104,7 +103,7 @@ class SearchEnvironment:
                 costs = [0.0] * len(searching)
                 failed = True
             elapsed = time.perf_counter() - t0
-            weight = self.config.process_reward_weight
+            weight = self.process_weight
             for i, docs, qs, cost in zip(searching, texts, split, costs, strict=True):
                 ep = episodes[i]
                 action = actions[i]
@@ -118,7 +117,9 @@ class SearchEnvironment:
                     weight > 0 and not failed and ep.label is not None and documents_contain(docs, as_golds(ep.label))
                 )
                 ep.gold_hits += hit
-                outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1], reward=weight * hit)
+                step_reward = process_reward(weight, hit)
+                ep.process_reward += step_reward
+                outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1], reward=step_reward)
         return [o for o in outcomes if o is not None]
 
     @staticmethod
@@ -145,6 +146,6 @@ class SearchEnvironment:
             search_capped=float(ep.capped),
             budget_cut=float(budget_cut),
         )
-        if self.config.process_reward_weight > 0:
-            logs.update(gold_hits=float(ep.gold_hits), process_reward=self.config.process_reward_weight * ep.gold_hits)
+        if self.process_weight > 0:
+            logs.update(gold_hits=float(ep.gold_hits), process_reward=ep.process_reward)
         return RewardResult(result.reward, result.score, logs)

@@ -164,7 +164,6 @@ def check_servers(stage: StageConfig, run_dir: Path, timeout_s: float = 5.0) -> 
         )
         if what == "reward server":
             served = health.get("spec")
-            want = _normalised(stage.reward.model_dump())
             if served is None:
                 checks.append(
                     Check(
@@ -175,14 +174,14 @@ def check_servers(stage: StageConfig, run_dir: Path, timeout_s: float = 5.0) -> 
                     )
                 )
             else:
-                diff = sorted(k for k in set(want) | set(served) if want.get(k) != served.get(k))
+                diff = stage.reward.differing_components(served) if isinstance(served, dict) else ["spec"]
                 checks.append(
                     Check(
                         "reward spec equal",
                         not diff,
-                        "the server scores with this stage's reward:"
+                        f"the server scores with this stage's reward (digest {stage.reward.digest()})"
                         if not diff
-                        else f"{url} scores another reward; differs in {', '.join(diff)}",
+                        else f"{url} scores another reward; differing components: {', '.join(diff)}",
                         "" if not diff else f"restart the reward server for this stage: {start}",
                     )
                 )

@@ -18,11 +18,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.metrics import as_golds, best_over_golds, normalize_answer
-from eval.records import RecordError, read_jsonl
-from rollout.config import ConfigError, ModelConfig, load
+from rollout.config import ModelConfig
 from rollout.hub import HubError, load_dataset_rows
 from rollout.templates import load_tokenizer, render_prompt, template_fingerprint
+from searchrl.config import ConfigError, load
+from searchrl.jsonl import RecordError, read_jsonl
+from searchrl.metrics import as_golds, best_over_golds, normalize_answer
 
 EVAL_DIR = Path(__file__).resolve().parent.parent / "eval" / "data"
 EVAL_SETS = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}

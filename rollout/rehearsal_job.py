@@ -31,7 +31,7 @@ import torch
 from rollout.agent import config_source
 from rollout.engines import CompletionOutput, RequestOutput, SamplingParams, recorded_actions
 from rollout.openrlhf_flags import validated_args
-from rollout.protocol import BEGIN_DOCS
+from searchrl.protocol import BEGIN_DOCS
 
 MARKER = "SEARCHRL_REHEARSAL "
 

@@ -25,9 +25,10 @@ from typing import Any
 import httpx
 
 from rollout import preflight
-from rollout.config import CONFIG_JSON_ENV, ConfigError
+from rollout.config import CONFIG_JSON_ENV
 from rollout.rehearsal_job import MARKER
 from rollout.service import free_port, start_module, stop
+from searchrl.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -230,7 +231,7 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
                 )
             )
             started.append(
-                start_module("reward_server", ["--config", str(spec_file)], reward_port, stage_dir / "reward.log")
+                start_module("reward_server", ["--resolved", str(spec_file)], reward_port, stage_dir / "reward.log")
             )
             local += [
                 f"search.urls=http://127.0.0.1:{search_port}",

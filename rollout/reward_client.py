@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from search_backend.http_transport import (
+from searchrl.http_transport import (
     HttpRefusedError,
     HttpSession,
     RequestEncodingError,

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from rollout import preflight
-from rollout.config import CONFIG_JSON_ENV, ConfigError, StageConfig, load, load_stage
+from rollout.config import CONFIG_JSON_ENV, StageConfig, load_stage
 from rollout.openrlhf_flags import render_flags, validated_args
+from searchrl.config import ConfigError, load
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
@@ -33,6 +34,7 @@ PATH_FLAGS = ("data.prompt_dataset", "ckpt.output_dir", "ckpt.path", "logger.ten
 # What the job imports (the agent file and the packages behind it) and the configs; everything else in
 # the repository root (indexes, corpora, checkpoints, runs/) stays home.
 UPLOAD = (
+    "searchrl",
     "rollout",
     "search_backend",
     "reward_server",
@@ -187,7 +189,7 @@ def preflight_checks(plan: dict[str, Any], env: dict[str, Any], run_dir: Path | 
 def readiness(previous: StageConfig, min_format: float, min_search: float, window: int) -> dict[str, Any]:
     """Whether the previous stage's logged format pass rate and search rate (means over its last
     `window` steps) have crossed the thresholds."""
-    from eval.health import read_curves
+    from searchrl.curves import read_curves
 
     logdir = previous.openrlhf.get("logger.tensorboard_dir")
     if not logdir:

@@ -7,7 +7,7 @@ import json
 from typing import Any, Protocol
 
 from rollout.config import ModelConfig
-from rollout.protocol import THINK_OPEN
+from searchrl.protocol import THINK_OPEN
 
 
 class ChatTokenizer(Protocol):

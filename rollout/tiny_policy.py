@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rollout.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE
+from searchrl.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE
 
 PROTOCOL_TOKENS = [BEGIN_QUERY, END_QUERY, BEGIN_DOCS, END_DOCS, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m rollout.tiny_policy",
         description="Write a tiny random checkpoint folder (save_pretrained) for CPU runs of the evaluation: "
-        "`eval/run_local.py --model FOLDER --template base --engine hf`. Its answers are noise.",
+        "`python -m eval.run_local --model FOLDER --template base --engine hf`. Its answers are noise.",
     )
     p.add_argument("--out", type=Path, default=Path("runs/tiny-checkpoint"), help="checkpoint folder to write")
     p.add_argument("--seed", type=int, default=0)

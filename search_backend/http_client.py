@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from search_backend.base import Passage, SearchAuthError, SearchError
-from search_backend.http_transport import (
+from searchrl.http_transport import (
     HttpRefusedError,
     HttpSession,
     RequestEncodingError,

@@ -8,19 +8,12 @@ environment can charge it; the questions of one step go out in parallel.
 from __future__ import annotations
 
 import asyncio
-import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from search_backend.base import Passage, SearchAuthError, SearchError
-from search_backend.http_transport import (
-    HttpRefusedError,
-    HttpSession,
-    RequestEncodingError,
-    RetryableError,
-    RetryPolicy,
-    json_object,
-)
+from searchrl.http_transport import HttpRefusedError, HttpSession, RequestEncodingError, RetryableError, RetryPolicy
+from searchrl.openai_client import ChatAnswer, OpenAIClient, key_from_env
 
 INSTRUCTION = "Answer the question briefly and factually, in a few sentences at most."
 
@@ -50,7 +43,12 @@ class LLMRouterBackend:
         self.config = config
         self.models = {m.name: m for m in config.models}
         self._http = HttpSession(timeout_s=config.timeout_s, max_in_flight=256)
-        self._retry = RetryPolicy(retries=config.retries, backoff_s=0.2, backoff_max_s=5.0)
+        retry = RetryPolicy(retries=config.retries, backoff_s=0.2, backoff_max_s=5.0)
+        # One session for the pool; the key is read when the backend opens, as the job's env_vars set it.
+        self._clients = {
+            m.name: OpenAIClient(m.base_url, api_key=key_from_env(m.api_key_env), retry=retry, session=self._http)
+            for m in config.models
+        }
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> LLMRouterBackend:
@@ -63,22 +61,10 @@ class LLMRouterBackend:
         return None, query
 
     async def _ask(self, model: RoutedModel, question: str) -> Passage:
-        key = os.environ.get(model.api_key_env) if model.api_key_env else None
-        body = {
-            "model": model.model,
-            "max_tokens": model.max_tokens,
-            "temperature": 0,
-            "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": question}],
-        }
-
+        messages = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": question}]
         try:
-            data = await self._http.call_json(
-                "POST",
-                f"{model.base_url.rstrip('/')}/chat/completions",
-                body,
-                parse=json_object,
-                retry=self._retry,
-                headers={"Authorization": f"Bearer {key}"} if key else None,
+            answer: ChatAnswer = await self._clients[model.name].chat(
+                model.model, messages, max_tokens=model.max_tokens, temperature=0
             )
         except RequestEncodingError as e:
             raise SearchError(f"{model.name}: question not sent: {e}") from None
@@ -87,16 +73,12 @@ class LLMRouterBackend:
             raise kind(f"{model.name} refused the question: HTTP {e.status}") from None
         except RetryableError as e:
             raise SearchError(f"{model.name}: {e} (after {e.tries} tries)") from None
-        try:
-            text = str(data["choices"][0]["message"]["content"]).strip()
-        except (KeyError, IndexError, TypeError):
-            raise SearchError(f"{model.name}: an answer without choices[0].message.content") from None
-        usage = data.get("usage") or {}
+        usage = answer.usage
         cost = (
             usage.get("prompt_tokens", 0) * model.price_per_1k_prompt
             + usage.get("completion_tokens", 0) * model.price_per_1k_completion
         ) / 1000
-        return Passage(id=model.name, title=model.name, text=text, score=1.0, cost=cost)
+        return Passage(id=model.name, title=model.name, text=answer.content.strip(), score=1.0, cost=cost)
 
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
         """One answer per query, from the model it names; an unknown name gets the list of models."""

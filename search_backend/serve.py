@@ -6,31 +6,30 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictInt, StrictStr, ValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictInt, StrictStr
 
-from rollout.asgi_limits import (
-    BodyError,
-    Limits,
-    RequestGuard,
-    is_authorized,
-    parse_json,
-    release_freed_memory,
-    secret_value,
-    uvicorn_options,
-)
 from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
 from search_backend.batching import MicroBatcher
 from search_backend.cache import ResultCache
 from search_backend.hybrid import HybridConfig
 from search_backend.index_types import DEFAULT_RERANK_DEPTH
+from searchrl.server import (
+    Limits,
+    RequestError,
+    guard,
+    is_authorized,
+    parse_body,
+    release_freed_memory,
+    server_token,
+    uvicorn_options,
+)
 
 log = logging.getLogger("search_backend.serve")
 TOKEN_ENV = "SEARCHRL_SEARCH_TOKEN"
@@ -63,13 +62,6 @@ class ServerConfig(BaseModel):
     token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
     threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
-
-
-class InvalidRequest(ValueError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 class SearchRequest(BaseModel):
@@ -123,15 +115,15 @@ class SearchService:
 
     def validate(self, queries: list[str], top_k: int, queries_field: str, k_field: str) -> None:
         if not queries:
-            raise InvalidRequest(queries_field, "must hold at least one query")
+            raise RequestError(queries_field, "must hold at least one query")
         if len(queries) > self.config.max_queries:
-            raise InvalidRequest(queries_field, f"{len(queries)} queries is over the limit of "
+            raise RequestError(queries_field, f"{len(queries)} queries is over the limit of "
                                                 f"{self.config.max_queries}")
         for i, query in enumerate(queries):
             if not query.strip():
-                raise InvalidRequest(f"{queries_field}.{i}", "empty query")
+                raise RequestError(f"{queries_field}.{i}", "empty query")
             if len(query) > self.config.max_query_chars:
-                raise InvalidRequest(
+                raise RequestError(
                     f"{queries_field}.{i}",
                     f"{len(query)} characters is over the limit of {self.config.max_query_chars}",
                 )
@@ -139,13 +131,13 @@ class SearchService:
                 query.encode("utf-8")
             except UnicodeEncodeError:
                 # Checked here, before batching: the tokenizer would fail the whole micro-batch on it.
-                raise InvalidRequest(
+                raise RequestError(
                     f"{queries_field}.{i}", "not valid Unicode (a lone surrogate); send UTF-8 text"
                 ) from None
         if not 1 <= top_k <= self.config.max_top_k:
-            raise InvalidRequest(k_field, f"must be between 1 and {self.config.max_top_k}, got {top_k}")
+            raise RequestError(k_field, f"must be between 1 and {self.config.max_top_k}, got {top_k}")
         if len(queries) * top_k > self.config.max_results:
-            raise InvalidRequest(
+            raise RequestError(
                 queries_field,
                 f"{len(queries)} queries at {k_field} {top_k} is {len(queries) * top_k} results, over the limit of "
                 f"{self.config.max_results}; send fewer queries per request or a smaller {k_field}",
@@ -175,20 +167,6 @@ class SearchService:
         }
 
 
-Body = TypeVar("Body", bound=BaseModel)
-
-
-async def parse_body(request: Request, model: type[Body]) -> Body:
-    """The request body as `model`, parsed as strict JSON (no NaN, no duplicate keys); 422 naming the field."""
-    try:
-        return model.model_validate(parse_json(await request.body()))
-    except BodyError as e:
-        raise InvalidRequest(e.field, e.message) from None
-    except ValidationError as e:
-        first = e.errors(include_url=False)[0]
-        raise InvalidRequest(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
-
-
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
@@ -212,8 +190,7 @@ def set_cpu_threads(threads: int) -> None:
 
 def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> FastAPI:
     """The server app; its lifespan opens the local index (unless a backend is given) and the batcher."""
-    # An explicit empty token turns auth off even when the environment variable is set.
-    token = secret_value(config.token) if config.token is not None else secret_value(os.environ.get(TOKEN_ENV))
+    token = server_token(config.token, TOKEN_ENV)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -243,18 +220,8 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
                 await active.aclose()
 
     app = FastAPI(title="searchrl retrieval server", lifespan=lifespan)
-    # Token, content type and body size are checked before the body is read (rollout/asgi_limits.py).
-    app.add_middleware(
-        RequestGuard,
-        max_bytes=config.max_body_bytes,
-        token=token,
-        auth_field="Authorization",
-        body_timeout_s=config.limits.body_timeout_s,
-    )
-
-    @app.exception_handler(InvalidRequest)
-    async def _bad_value(request: Request, exc: InvalidRequest) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": str(exc), "field": exc.field})
+    # Token, content type and body size are checked before the body is read (searchrl/server.py).
+    guard(app, max_bytes=config.max_body_bytes, token=token, body_timeout_s=config.limits.body_timeout_s)
 
     @app.get("/health")
     async def health(request: Request) -> dict:
@@ -265,7 +232,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
 
     @app.post("/search", openapi_extra=_schema(SearchRequest))
     async def search(request: Request) -> Response:
-        body = await parse_body(request, SearchRequest)
+        body = parse_body(await request.body(), SearchRequest)
         service: SearchService = request.app.state.service
         service.validate(body.queries, body.top_k, "queries", "top_k")
         results = await service.search(body.queries, body.top_k)
@@ -275,7 +242,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
 
     @app.post("/queries", openapi_extra=_schema(R1Request))
     async def r1_queries(request: Request) -> Response:
-        body = await parse_body(request, R1Request)
+        body = parse_body(await request.body(), R1Request)
         service: SearchService = request.app.state.service
         service.validate(body.queries, body.k, "queries", "k")
         results = await service.search(body.queries, body.k)
@@ -284,7 +251,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
 
     @app.post("/retrieve", openapi_extra=_schema(RetrieveRequest))
     async def retrieve(request: Request) -> Response:
-        body = await parse_body(request, RetrieveRequest)
+        body = parse_body(await request.body(), RetrieveRequest)
         service: SearchService = request.app.state.service
         service.validate(body.queries, body.topk, "queries", "topk")
         results = await service.search(body.queries, body.topk)

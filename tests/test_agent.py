@@ -14,13 +14,13 @@ from reward_server.app import ServerSettings, create_app
 from rollout.agent import Runtime, load_agent_executor
 from rollout.config import load_stage
 from rollout.engines import HFEngine, ReplayEngine, SamplingParams, recorded_actions
-from rollout.protocol import BEGIN_DOCS, END_QUERY
 from rollout.reward_client import RewardServerError
 from rollout.service import free_port
 from rollout.templates import render_prompt
 from rollout.tiny_policy import build_model, build_tokenizer
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as create_search_app
+from searchrl.protocol import BEGIN_DOCS, END_QUERY
 from tests.conftest import FIXTURES, ROOT, serve
 from tests.test_search_fixtures import fixture_index
 
@@ -202,7 +202,7 @@ def test_replay_of_a_released_trajectory(servers, tokenizer):
 
 
 def test_process_reward_per_search_with_the_gold_in_its_documents(servers, tokenizer, model):
-    stage, model_cfg = stage_config(servers, "episode.process_reward_weight=0.5")
+    stage, model_cfg = stage_config(servers, "reward.process_weight=0.5")
     prompt = render_prompt(model_cfg, QUESTION)
     engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
     _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
@@ -216,7 +216,7 @@ def test_process_reward_per_search_with_the_gold_in_its_documents(servers, token
 
 def test_with_options_off_nothing_changes(servers, tokenizer, model):
     stage, model_cfg = stage_config(servers)
-    assert stage.episode.process_reward_weight == 0.0
+    assert stage.reward.process_weight == 0.0
     prompt = render_prompt(model_cfg, QUESTION)
     engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
     _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
@@ -225,11 +225,11 @@ def test_with_options_off_nothing_changes(servers, tokenizer, model):
 
 
 def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, model):
-    from rollout.efficiency import efficiency_bonuses
+    from reward_server.components import efficiency_bonuses
 
     assert efficiency_bonuses([1, 2, 3, 1], [True, True, True, False], 0.6) == [0.6, 0.3, 0.0, 0.0]
     assert efficiency_bonuses([2, 2], [True, True], 0.6) == [0.0, 0.0]
-    stage, model_cfg = stage_config(servers, "episode.efficiency_weight=0.5", "episode.efficiency_group_size=4")
+    stage, model_cfg = stage_config(servers, "reward.efficiency_weight=0.5", "reward.efficiency_group_size=4")
     prompt = render_prompt(model_cfg, QUESTION)
     one = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
     two = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, SEARCH, ANSWER]))
@@ -238,7 +238,7 @@ def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, mod
         executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
         runtime = Runtime.from_stage(stage)
         if timeout_s is not None:
-            runtime.efficiency.timeout_s = timeout_s
+            runtime.terms.efficiency.timeout_s = timeout_s
         Runtime.install(runtime)
         try:
             params = SamplingParams(temperature=0.0, max_tokens=None)
@@ -274,7 +274,7 @@ def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers
             {"name": "small", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 1.0},
             {"name": "big", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 4.0},
         ]
-        stage, model_cfg = stage_config(servers, "episode.cost_weight=0.5")
+        stage, model_cfg = stage_config(servers, "reward.cost_weight=0.5")
         stage = stage.model_copy(
             update={"search": SearchConfig.model_validate({"backend": "router", "router": {"models": models}})}
         )

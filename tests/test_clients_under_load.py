@@ -15,7 +15,6 @@ from fastapi import FastAPI
 
 from eval.generation import GenParams, OpenAICompletionsEngine
 from eval.judge import LLMJudge
-from eval.metrics import as_golds
 from reward_server.app import ServerSettings, create_app
 from reward_server.scoring import score_solution
 from reward_server.spec import PRESETS
@@ -25,6 +24,7 @@ from search_backend.config import SearchConfig, open_backend
 from search_backend.http_client import HttpSearchBackend
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as create_search_app
+from searchrl.metrics import as_golds
 from tests.conftest import FIXTURES, serve
 from tests.fakes_web import CANNED, FakeControl, chat_app, serper_app, web_backend
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from eval.questions import load_questions, parse_hf
-from eval.records import RecordError
 from eval.run_local import main as run_local
 from rollout.hub import HubError
+from searchrl.jsonl import RecordError
 from tests.conftest import ROOT
 
 QUESTION = "Who was the first president of the United States?"
@@ -109,7 +109,7 @@ def test_readme_cpu_path_replays_recorded_trajectories(mini_index, tmp_path, cap
         + ["--limit", "3", "--out", str(tmp_path)]
     )
     assert code == 0, capsys.readouterr().err[-2000:]
-    from rollout.protocol import parse_solution
+    from searchrl.protocol import parse_solution
 
     recorded = [json.loads(line) for line in (ROOT / sample).open()][:3]
     done = [json.loads(line) for line in (tmp_path / "bamboogle_llama_sample.jsonl").open()]

@@ -31,7 +31,7 @@ def tiny_model_config(tmp_path_factory):
 
 def run_local(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "eval/run_local.py", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
+        [sys.executable, "-m", "eval.run_local", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
     )
 
 
@@ -167,7 +167,8 @@ def test_online_bamboogle_with_provider_judge_and_replay(tmp_path, monkeypatch):
     ):
         env = {"SERPER_API_KEY": "test-key"}
         args = [
-            "eval/run_bamboogle_online.py",
+            "-m",
+            "eval.run_bamboogle_online",
             "--provider",
             "serper",
             "--provider-url",

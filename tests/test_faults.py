@@ -145,9 +145,9 @@ def _reward_samples(n: int) -> tuple[list[tuple[str, str, str]], list[tuple[floa
     """n distinct single-sample requests over R1-Searcher's trajectories, with their in-process reward and score."""
     import json
 
-    from eval.metrics import as_golds
     from reward_server.scoring import score_solution
     from reward_server.spec import PRESETS
+    from searchrl.metrics import as_golds
     from tests.conftest import FIXTURES
 
     records = [json.loads(line) for line in (FIXTURES / "r1searcher" / "hotpotqa_llama.jsonl").open()]

@@ -21,18 +21,18 @@ from fastapi.responses import Response
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval import metrics
 from reward_server.__main__ import build_parser
 from reward_server.app import ServerSettings
 from reward_server.app import create_app as create_reward_app
 from reward_server.spec import STAGE2_ANSWER
-from rollout.asgi_limits import Limits, uvicorn_options
-from rollout.protocol import _match_ignoring_space, split_solution
 from search_backend.batching import MicroBatcher
-from search_backend.serve import InvalidRequest, SearchService, ServerConfig
+from search_backend.serve import SearchService, ServerConfig
 from search_backend.serve import create_app as create_search_app
 from search_backend.web import FetchPolicy, FetchRefusedError, fetch_page
 from search_backend.web.fetch import Page
+from searchrl import metrics
+from searchrl.protocol import _match_ignoring_space, split_solution
+from searchrl.server import Limits, RequestError, uvicorn_options
 from tests.conftest import ROOT, serve
 from tests.test_search_fixtures import fixture_backend
 
@@ -293,10 +293,10 @@ def test_connections_over_the_limit_get_503():
 # Item 3: what cannot be encoded is refused before batching, and a failing batch is retried request by request.
 def test_lone_surrogate_is_refused_before_batching():
     service = SearchService(fixture_backend(), ServerConfig())
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(RequestError) as caught:
         service.validate(["fine", "bad \ud800"], 3, "queries", "top_k")
     assert caught.value.field == "queries.1"
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(RequestError) as caught:
         service.validate(["x" * 513], 3, "queries", "top_k")
     assert caught.value.field == "queries.0"
 
@@ -387,7 +387,7 @@ def test_normalize_answer_cache_is_bounded():
 
 
 def test_drop_space_table_covers_every_white_space_character():
-    from rollout.protocol import _DROP_SPACE
+    from searchrl.protocol import _DROP_SPACE
 
     assert set(_DROP_SPACE) == {c for c in range(0x110000) if chr(c).isspace()}
 
@@ -462,7 +462,7 @@ def test_long_queries_come_in_smaller_batches_and_results_are_capped():
     assert sorted(len(q) for call in calls for q in call) == [1000] * 40 + [5000]
     assert all(sum(map(len, call)) <= 4096 or len(call) == 1 for call in calls)
     service = SearchService(fixture_backend(), ServerConfig(max_results=10_000))
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(RequestError) as caught:
         service.validate(["q"] * 1024, 100, "queries", "top_k")
     assert caught.value.field == "queries" and "10000" in caught.value.message
     service.validate(["q"] * 1024, 9, "queries", "top_k")

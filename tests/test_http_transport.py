@@ -13,7 +13,7 @@ from rollout.reward_client import RewardClient, RewardRequestError
 from rollout.service import free_port
 from search_backend.base import SearchAuthError, SearchError
 from search_backend.http_client import HttpSearchBackend
-from search_backend.http_transport import (
+from searchrl.http_transport import (
     HttpSession,
     RequestEncodingError,
     RetryableError,

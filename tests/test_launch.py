@@ -136,7 +136,8 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
     res = subprocess.run(
         [
             sys.executable,
-            "launch/quickstart.py",
+            "-m",
+            "launch.quickstart",
             "--cpu",
             "--out",
             str(tmp_path),
@@ -148,7 +149,7 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
             "4096",
             # Options reach the CPU demo too (they were once ignored there).
             "episode.max_queries_per_block=2",
-            "episode.process_reward_weight=0.5",
+            "reward.process_weight=0.5",
         ],
         capture_output=True,
         text=True,
@@ -160,7 +161,7 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["replay"]["episodes"] == 4 and summary["replay"]["queries_as_recorded"] == 4
     assert summary["replay"]["search_errors"] == 0
-    assert summary["episode"]["max_queries_per_block"] == 2 and summary["episode"]["process_reward_weight"] == 0.5
+    assert summary["episode"]["max_queries_per_block"] == 2 and summary["reward"]["process_weight"] == 0.5
     episodes = [json.loads(line) for line in (tmp_path / "episodes.jsonl").open()]
     assert [e["mode"] for e in episodes].count("tiny-transformer") == 1
     replays = [e for e in episodes if e["mode"] == "replay"]

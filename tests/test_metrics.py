@@ -1,6 +1,6 @@
 import pytest
 
-from eval.metrics import as_golds, best_over_golds, cover_exact_match, exact_match, f1, normalize_answer
+from searchrl.metrics import as_golds, best_over_golds, cover_exact_match, exact_match, f1, normalize_answer
 
 
 @pytest.mark.parametrize(

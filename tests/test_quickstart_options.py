@@ -25,7 +25,7 @@ def quickstart():
     ],
 )
 def test_cpu_demo_refuses_what_it_cannot_honour(tmp_path, capsys, override, named):
-    code = quickstart().main(["--cpu", "--out", str(tmp_path), "episode.process_reward_weight=0.5", override])
+    code = quickstart().main(["--cpu", "--out", str(tmp_path), "reward.process_weight=0.5", override])
     err = capsys.readouterr().err
     assert code == 2 and named in err and "episode.* and reward.*" in err
     assert not (tmp_path / "index").exists()  # refused before any work

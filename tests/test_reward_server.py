@@ -6,10 +6,10 @@ import json
 import httpx
 import pytest
 
-from eval.metrics import as_golds
 from reward_server.app import ServerSettings, create_app
 from reward_server.scoring import score_solution
 from reward_server.spec import PRESETS, STAGE2_ANSWER
+from searchrl.metrics import as_golds
 from tests.conftest import serve
 
 PROMPT = "User:Where is the Eiffel Tower?\nAssistant: <think>"
@@ -140,6 +140,6 @@ def test_bearer_token():
     with serve(create_app(settings)) as url:
         assert httpx.post(f"{url}/get_reward", json=body).status_code == 401
         bad = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer nope"})
-        assert bad.status_code == 401 and bad.json()["field"] == "authorization"
+        assert bad.status_code == 401 and bad.json()["field"] == "Authorization"
         ok = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and ok.json()["rewards"] == [1.0]

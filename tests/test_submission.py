@@ -25,7 +25,6 @@ from rollout.config import CONFIG_JSON_ENV, load_stage
 from rollout.engines import SamplingParams
 from rollout.environment import Episode, SearchEnvironment
 from rollout.openrlhf_flags import check_args
-from rollout.protocol import BEGIN_DOCS, END_DOCS
 from rollout.rehearsal_job import ReplayVllmEngine, install_vllm_standin
 from rollout.templates import render_prompt
 from rollout.tiny_policy import build_tokenizer
@@ -33,6 +32,7 @@ from search_backend.base import SearchAuthError
 from search_backend.http_client import HttpSearchBackend
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as create_search_app
+from searchrl.protocol import BEGIN_DOCS, END_DOCS
 from tests.conftest import FIXTURES, ROOT, serve
 from tests.test_search_fixtures import fixture_index
 
@@ -199,7 +199,8 @@ def test_preflight_catches_mismatched_parts(tmp_path, monkeypatch):
         stage2, model = load_stage(STAGE2, [f"reward_server.urls={reward_url}", "search.backend=local"])
         checks = {c.name: c for c in preflight.check_servers(stage2, tmp_path)}
         assert checks["reward server healthy"].ok and checks["reward server token"].ok
-        assert not checks["reward spec equal"].ok and "answer_weight" in checks["reward spec equal"].detail
+        spec_check = checks["reward spec equal"]
+        assert not spec_check.ok and "differing components: answer, format, search, violation" in spec_check.detail
         stage1_ok, _ = load_stage(
             STAGE2,
             [

@@ -1,8 +1,9 @@
 import pytest
 from transformers import AutoTokenizer
 
-from rollout.config import ModelConfig, load
+from rollout.config import ModelConfig
 from rollout.templates import render_prompt
+from searchrl.config import load
 
 
 def minilm_tokenizer():

@@ -5,9 +5,9 @@ from email.utils import formatdate
 import pytest
 
 from search_backend.base import SearchError
-from search_backend.http_transport import parse_retry_after
 from search_backend.web import MalformedResponseError, ProviderError
 from search_backend.web.ratelimit import TokenBucket
+from searchrl.http_transport import parse_retry_after
 from tests.conftest import serve
 from tests.fakes_web import CANNED, PROVIDER_APPS, FakeControl, web_backend
 from tests.test_web_providers import run_search

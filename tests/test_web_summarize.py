@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from search_backend.web import FetchPolicy, SummarizeError, Summarizer, WebCache
-from search_backend.web.summarize import chat_completions_url, is_none_answer
+from search_backend.web.summarize import is_none_answer
+from searchrl.openai_client import endpoint_url
 from tests.conftest import serve
 from tests.fakes_web import PROVIDER_APPS, Doc, FakeControl, chat_app, pages_app, web_backend
 from tests.test_web_providers import run_search
@@ -114,7 +115,7 @@ def test_summariser_retries_429_and_reports_a_bad_key() -> None:
 
 
 def test_helpers() -> None:
-    assert chat_completions_url("https://api.openai.com/v1") == "https://api.openai.com/v1/chat/completions"
-    assert chat_completions_url("http://127.0.0.1:8000/") == "http://127.0.0.1:8000/v1/chat/completions"
+    assert endpoint_url("https://api.openai.com/v1", "chat/completions") == "https://api.openai.com/v1/chat/completions"
+    assert endpoint_url("http://127.0.0.1:8000/", "chat/completions") == "http://127.0.0.1:8000/v1/chat/completions"
     assert all(is_none_answer(a) for a in ["None", " none. ", '"None"'])
     assert not is_none_answer("None of the sources agree, but X.")

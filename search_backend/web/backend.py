@@ -11,13 +11,6 @@ from typing import Any
 import httpx
 
 from search_backend.base import Passage, normalise_query
-from search_backend.http_transport import (
-    HttpSession,
-    RequestEncodingError,
-    RetryableError,
-    encode_json,
-    with_retries,
-)
 from search_backend.web.brave import BraveProvider
 from search_backend.web.cache import WebCache, cache_key
 from search_backend.web.config import WebSearchConfig
@@ -38,6 +31,13 @@ from search_backend.web.searxng import SearxngProvider
 from search_backend.web.serper import SerperProvider
 from search_backend.web.summarize import INSTRUCTION, Summarizer
 from search_backend.web.tavily import TavilyProvider
+from searchrl.http_transport import (
+    HttpSession,
+    RequestEncodingError,
+    RetryableError,
+    encode_json,
+    with_retries,
+)
 
 log = logging.getLogger(__name__)
 

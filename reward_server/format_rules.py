@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from rollout.protocol import ParsedSolution
+from searchrl.protocol import ParsedSolution
 
 _CJK = re.compile("[\u4e00-\u9fff]")
 

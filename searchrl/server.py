@@ -1,4 +1,5 @@
-"""Limits shared by the reward and retrieval servers, applied before a request body is read or parsed.
+"""The one server guard of the reward and retrieval servers: bearer token, content type, body size and
+deadline, strict JSON, and one error body (`{"detail": "<field>: <message>", "field": "<field>"}`).
 
 A hostile or broken client must cost the server bounded time and memory: the bearer token and the
 content type are checked from the headers alone, the body is read under a size cap and a deadline,
@@ -11,14 +12,16 @@ import asyncio
 import ctypes
 import functools
 import hmac
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import jiter
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -57,6 +60,12 @@ def secret_value(token: SecretStr | str | None) -> str | None:
     return token or None
 
 
+def server_token(explicit: SecretStr | str | None, env: str) -> str | None:
+    """The bearer token a server requires: the one given, else the env variable's; an explicit empty token
+    turns auth off even when the variable is set."""
+    return secret_value(explicit) if explicit is not None else secret_value(os.environ.get(env))
+
+
 class RequestGuard:
     """Everything checked before the app sees a request, in this order:
 
@@ -75,14 +84,12 @@ class RequestGuard:
         max_bytes: int,
         token: SecretStr | str | None = None,
         open_paths: Iterable[str] = ("/health",),
-        auth_field: str = "authorization",
         body_timeout_s: float = 30.0,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.token = secret_value(token)
         self.open_paths = frozenset(open_paths)
-        self.auth_field = auth_field
         self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,7 +100,7 @@ class RequestGuard:
         authorized = self.token is None or token_matches(headers, self.token)
         scope[AUTHORIZED] = authorized
         if not authorized and scope["path"] not in self.open_paths:
-            await _reply(send, 401, self.auth_field, "missing or wrong bearer token (Authorization: Bearer <token>)")
+            await _reply(send, 401, "Authorization", "missing or wrong bearer token (Authorization: Bearer <token>)")
             return
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, send)
@@ -147,17 +154,22 @@ class RequestGuard:
         await _reply(send, 413, "body", f"{size} bytes is over the {self.max_bytes}-byte limit")
 
 
+def error_response(status: int, field: str, message: str) -> JSONResponse:
+    """The one error body of both servers: the field at fault and what is wrong with it."""
+    return JSONResponse(status_code=status, content={"detail": f"{field}: {message}", "field": field})
+
+
 async def _reply(send: Send, status: int, field: str, message: str) -> None:
-    response = JSONResponse(status_code=status, content={"detail": f"{field}: {message}", "field": field})
-    await response({"type": "http"}, _no_receive, send)
+    await error_response(status, field, message)({"type": "http"}, _no_receive, send)
 
 
 async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
-class BodyError(ValueError):
-    """A body that is not strict JSON; answered with 422 naming the field (`body` when no field applies)."""
+class RequestError(ValueError):
+    """A request the server refuses (not strict JSON, a wrong type, inconsistent values); answered with 422
+    naming the field (`body` when no field applies)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -176,8 +188,29 @@ def parse_json(body: bytes) -> Any:
     except ValueError as e:
         text = str(e)
         if (duplicate := _DUPLICATE.match(text)) is not None:
-            raise BodyError(duplicate.group(1), "appears twice in one object; send each key once") from None
-        raise BodyError("body", f"not valid JSON: {text}") from None
+            raise RequestError(duplicate.group(1), "appears twice in one object; send each key once") from None
+        raise RequestError("body", f"not valid JSON: {text}") from None
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def parse_body(body: bytes, model: type[Body]) -> Body:
+    """The body as `model`: strict JSON, then pydantic validation; RequestError naming the first bad field."""
+    try:
+        return model.model_validate(parse_json(body))
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        raise RequestError(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
+
+
+def guard(app: FastAPI, *, max_bytes: int, token: str | None, body_timeout_s: float) -> None:
+    """Put the RequestGuard in front of `app` and answer every RequestError with 422 and the error body."""
+    app.add_middleware(RequestGuard, max_bytes=max_bytes, token=token, body_timeout_s=body_timeout_s)
+
+    @app.exception_handler(RequestError)
+    async def _refused(request: Request, exc: RequestError) -> JSONResponse:
+        return error_response(422, exc.field, exc.message)
 
 
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
