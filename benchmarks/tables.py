@@ -142,7 +142,10 @@ def scale() -> str:
     f = d["flat_vs_matmul_100k"]
     flat = table(
         [f"search over {f['rows']:,} rows", "q/s"],
-        [("faiss-cpu Flat", num(f["faiss_flat_queries_per_s"])), ("numpy product + top-k", num(f["numpy_matmul_topk_queries_per_s"]))],
+        [
+            ("faiss-cpu Flat", num(f["faiss_flat_queries_per_s"])),
+            ("numpy product + top-k", num(f["numpy_matmul_topk_queries_per_s"])),
+        ],
     )
     return f"{head}\n\n{body}\n\n{flat}"
 
@@ -248,7 +251,8 @@ def retrieval() -> str:
         "retrieval",
         d,
         f" kiltmini, {d['passages']:,} passages, {d['queries']:,} queries, {d['model']} ({d['dimension']} dims), "
-        f"nprobe {p['nprobe']}, efSearch {p['efSearch']}; encoding ran at {num(d['encode_passages_per_s'])} passages/s",
+        f"nprobe {p['nprobe']}, efSearch {p['efSearch']}; "
+        f"encoding ran at {num(d['encode_passages_per_s'])} passages/s",
     )
     rows = [
         (
@@ -291,13 +295,22 @@ def retrieval_projection() -> str:
     body = table(
         ["factory", "bytes/vector", "memory (GiB)", "train h", "add h"],
         [
-            (t["factory"], f"{t['bytes_per_vector']:,.0f}", num(t["memory_gib"]), num(t["train_hours"], 2), num(t["add_hours"], 2))
+            (
+                t["factory"],
+                f"{t['bytes_per_vector']:,.0f}",
+                num(t["memory_gib"]),
+                num(t["train_hours"], 2),
+                num(t["add_hours"], 2),
+            )
             for t in pr["index_types"]
         ],
     )
     enc = table(
         ["encoding the projected corpus on this CPU", "hours"],
-        [("MiniLM", num(pr["encode_hours_minilm_this_cpu"])), ("bge-large", num(pr["encode_hours_bge_large_this_cpu"]))],
+        [
+            ("MiniLM", num(pr["encode_hours_minilm_this_cpu"])),
+            ("bge-large", num(pr["encode_hours_bge_large_this_cpu"])),
+        ],
     )
     return f"{head}\n\n{body}\n\n{enc}"
 
@@ -320,7 +333,7 @@ def retrieval_server() -> str:
         ],
     )
     limits = table(
-        ["in-process limit (batches of %d)" % s["batch_size"], "queries/s", "server at 64 / limit"],
+        [f"in-process limit (batches of {s['batch_size']})", "queries/s", "server at 64 / limit"],
         [
             (
                 f"{s['in_process_threads']} threads",
@@ -513,7 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     new = render(text)
     if args.check:
         if new != text:
-            print(f"{args.page}: tables differ from benchmarks/results; run python -m benchmarks.tables", file=sys.stderr)
+            print(
+                f"{args.page}: tables differ from benchmarks/results; run python -m benchmarks.tables", file=sys.stderr
+            )
             return 1
         return 0
     args.page.write_text(new, encoding="utf-8")

@@ -14,17 +14,25 @@ ROOT = Path(__file__).parent.parent
 
 # Each command's --help through launch.cli.main, in one interpreter: one start-up for all of them.
 HELP_ALL = """
-import contextlib, io, json, sys
+import json, os, sys, tempfile
 from launch.cli import COMMANDS, GROUPS, main
 out = {}
 for key in [*GROUPS, *COMMANDS]:
-    buf = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buf):
+    # Captured at the file descriptor: `servers start` hands --help to a shell script.
+    with tempfile.TemporaryFile(mode="w+") as buf:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(buf.fileno(), 1)
+        try:
             code = main([*key.split(), "--help"])
-    except SystemExit as e:
-        code = e.code
-    out[key] = [code, buf.getvalue()]
+        except SystemExit as e:
+            code = e.code
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        buf.seek(0)
+        out[key] = [code, buf.read()]
 print(json.dumps(out))
 """
 
@@ -36,16 +44,14 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_subcommand_has_help():
-    proc = subprocess.run(
-        [sys.executable, "-c", HELP_ALL], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
+    proc = subprocess.run([sys.executable, "-c", HELP_ALL], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(got) == {*GROUPS, *COMMANDS}
     for key, (code, text) in got.items():
         assert code in (0, None), f"searchrl {key} --help exited {code}"
-        # The target's own help: a usage line and its options, not an empty page.
-        assert "usage" in text.lower() and "--" in text, f"searchrl {key} --help printed no usage:\n{text}"
+        # The target's own help: its options, not an empty page.
+        assert "--" in text and len(text.splitlines()) >= 3, f"searchrl {key} --help printed no help:\n{text}"
 
 
 def test_top_level_help_lists_groups():

@@ -96,7 +96,10 @@ def test_checkers_catch_what_they_are_for(tmp_path):
         "# Page\n\n[ok](other.md#a-section) [ok](#page) [gone](missing.md) [bad](other.md#nope) "
         "`[not a link](nowhere.md)`\n"
     )
-    assert broken_links(page) == ["page.md: missing.md: no such file", "page.md: other.md#nope: no heading #nope in other.md"]
+    assert broken_links(page) == [
+        "page.md: missing.md: no such file",
+        "page.md: other.md#nope: no heading #nope in other.md",
+    ]
     text = (
         "`searchrl index build --out X` `searchrl stage submit|rehearse stage1` `searchrl eval --help` `searchrl` "
         "`searchrl COMMAND --help` `searchrl stage submit|rehaerse stage1` `searchrl data prepare`\n"
