@@ -8,6 +8,7 @@ table, never left for the reader to find in the JSON.
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,25 @@ def write_reports(out: Path) -> None:
         return
     (out / "results.md").write_text(markdown(summaries), encoding="utf-8")
     figure(out, summaries)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="searchrl eval report",
+        description="Rewrite results.md and results.png of an evaluation output folder from its *.summary.json "
+        "files (e.g. after `searchrl eval judge` refreshed a summary).",
+    )
+    p.add_argument("out", type=Path, help="the evaluation output folder (--out of `searchrl eval local|online`)")
+    args = p.parse_args(argv)
+    if not _summaries(args.out):
+        print(f"error: {args.out}: no *.summary.json here; is it an evaluation output folder?", file=sys.stderr)
+        return 2
+    write_reports(args.out)
+    print(f"{args.out / 'results.md'}\n{args.out / 'results.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,7 +2,12 @@
 
 import sys
 
-from rollout.prompt_data import main
+from rollout import prompt_data
+
+
+def main(argv: list[str] | None = None) -> int:
+    return prompt_data.main("stage1_format", argv)
+
 
 if __name__ == "__main__":
-    sys.exit(main("stage1_format"))
+    sys.exit(main())

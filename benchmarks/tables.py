@@ -1,0 +1,540 @@
+"""Render docs/BENCHMARKS.md's tables from benchmarks/results/*.json, so the page cannot drift from the figures.
+
+Each table sits between `<!-- table:NAME -->` and `<!-- /table -->`; everything outside the markers is kept
+as written. Every table starts with the line naming its JSON, the date it records and the machine.
+
+    python -m benchmarks.tables            # rewrite the tables in docs/BENCHMARKS.md
+    python -m benchmarks.tables --check    # exit 1 when the committed page differs from the JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "BENCHMARKS.md"
+BLOCK = re.compile(r"(<!-- table:([a-z0-9-]+) -->\n)(.*?)(<!-- /table -->)", re.S)
+GIB = 1024**3
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def machine(m: Any) -> str:
+    """The JSON's `machine` field in words: a string as written, a dict by its known keys."""
+    if isinstance(m, str):
+        return m
+    parts = []
+    if "cpus" in m:
+        parts.append(f"{m['cpus']} CPU cores")
+    if "memory_gib" in m:
+        parts.append(f"{m['memory_gib']} GiB")
+    if "gpus" in m:
+        parts.append(f"{len(m['gpus'])} GPUs" if m["gpus"] else "no GPU")
+    parts += [f"{k} {m[k]}" for k in ("torch", "faiss") if k in m]
+    if "platform" in m:
+        parts.append(m["platform"])
+    return ", ".join(parts)
+
+
+def source(name: str, data: dict[str, Any], what: str = "") -> str:
+    date = data.get("date") or "undated (the JSON records no date)"
+    return f"*`benchmarks/results/{name}.json`, {date}, {machine(data.get('machine', 'machine not recorded'))}.{what}*"
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.{digits}f}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def encode() -> str:
+    d = load("encode")
+    dev = d["devices"][0]
+    pad = dev["padded_tokens"]
+    rounds = len(dev["raw_passages_per_s"])
+    head = source(
+        "encode",
+        d,
+        f" {dev['passages']} held-out passages (lines {d['slice']['offset']} on of `{d['slice']['corpus']}`), "
+        f"{d['model']}, {dev['device']}, batch {dev['batch_size']}, {rounds} rounds alternating which runs first",
+    )
+    rows = [
+        ("raw `SentenceTransformer.encode(texts)`", dev["raw_passages_per_s"]),
+        ("builder (store to fp16 shards, model load excluded)", dev["builder_passages_per_s"]),
+        (
+            f"previous builder's way ({dev['batch_size']} passages per call, corpus order)",
+            dev["unsorted_per_batch_passages_per_s"],
+        ),
+    ]
+    body = table(
+        ["", "passages/s per round", "median"],
+        [(label, ", ".join(num(v) for v in r), num(sorted(r)[len(r) // 2])) for label, r in rows],
+    )
+    ratios = table(
+        ["builder / raw per round", "median ratio", "ratio of medians", "previous way / raw, ratio of medians"],
+        [
+            (
+                ", ".join(num(r, 2) for r in dev["ratio_per_round"]),
+                f"**{num(dev['median_ratio'], 2)}**",
+                num(dev["ratio_of_medians"], 2),
+                num(dev["unsorted_ratio_of_medians"], 2),
+            )
+        ],
+    )
+    padding = table(["tokens computed for the slice", "count"], [(k, f"{v:,}") for k, v in pad.items()])
+    return f"{head}\n\n{body}\n\n{ratios}\n\n{padding}"
+
+
+def scale() -> str:
+    from benchmarks.scale import resident_bytes  # one definition: for `exact`, the shard pages it scans
+
+    d = load("scale")
+    s, data = d["settings"], d["data"]
+    head = source(
+        "scale",
+        d,
+        f" {data['kind']} unit vectors of dimension {d['dimension']:,} ({data['centres']:,} centres in a "
+        f"{data['latent_dim']}-dimensional latent space, noise {data['noise']}); IVF nlist {s['nlist']:,} trained on "
+        f"{s['train_size']:,} points, nprobe {s['nprobe']}; compact re-scores {s['rerank_depth']} candidates; "
+        f"{data['queries']} queries ({data['exact_type_queries']} for flat and exact), batch {s['batch']}",
+    )
+    rows = [
+        (
+            p["type"],
+            f"{p['n']:,}",
+            num(resident_bytes(p) / GIB, 2),
+            f"{p['build_seconds']:,.0f} ({p['train_seconds']:,.0f} + {p['add_seconds']:,.0f})",
+            num(p["queries_per_s_batch64"]),
+            num(p["one_recall_at_10"], 3),
+            num(p["build_peak_rss_bytes"] / GIB, 2),
+            num(p["rss_file_bytes_after_search"] / GIB, 2),
+        )
+        for p in d["points"]
+    ]
+    body = table(
+        [
+            "type",
+            "N",
+            "resident (GiB)",
+            "build s (train + add)",
+            f"q/s batch {s['batch']}",
+            "1-recall@10",
+            "build peak RSS (GiB)",
+            "file-backed RSS after search (GiB)",
+        ],
+        rows,
+    )
+    f = d["flat_vs_matmul_100k"]
+    flat = table(
+        [f"search over {f['rows']:,} rows", "q/s"],
+        [
+            ("faiss-cpu Flat", num(f["faiss_flat_queries_per_s"])),
+            ("numpy product + top-k", num(f["numpy_matmul_topk_queries_per_s"])),
+        ],
+    )
+    return f"{head}\n\n{body}\n\n{flat}"
+
+
+def millions(n: int | None) -> str:
+    return "n/a (CPU type)" if n is None else f"{n / 1e6:,.1f}M"
+
+
+def scale_projection() -> str:
+    d = load("scale")
+    rows = [
+        (
+            p["type"],
+            f"{p['bytes_per_vector']:,.0f}",
+            num(p["memory_at_25m_gib"]),
+            num(p["build_hours_at_25m"], 2),
+            num(p["queries_per_s_at_25m"], 2),
+            millions(p["max_vectors_24gib_node"]),
+            millions(p["max_vectors_80gb_gpu"]),
+        )
+        for p in d["projection"]
+    ]
+    body = table(
+        [
+            "type",
+            "bytes/vector",
+            "at 25M (GiB)",
+            "build h at 25M",
+            "q/s at 25M",
+            "most vectors, 24 GiB node",
+            "most vectors, 80 GB GPU",
+        ],
+        rows,
+    )
+    return f"{source('scale', d, ' Projection: a least-squares line through the measured points.')}\n\n{body}"
+
+
+def scale_kiltmini() -> str:
+    d = load("scale")
+    k = d["kiltmini"]
+    head = source(
+        "scale",
+        d,
+        f" {k['model']} embeddings of kiltmini ({k['passages']:,} passages, {k['dimension']} dims, "
+        f"{k['queries']:,} queries), nprobe {k['nprobe']}, compact re-scores {k['rerank_depth']}",
+    )
+    rows = [
+        (
+            t["type"],
+            t["factory"] or "-",
+            f"{t['resident_bytes_per_vector']:,.0f}",
+            num(t["resident_vs_flat"], 4),
+            f"{t['shard_rows_read_per_query']:,}",
+            num(t["one_recall_at_10_vs_flat"], 4),
+            f"{t['queries_per_s_batch64']:,.0f}",
+        )
+        for t in k["types"]
+    ]
+    body = table(
+        [
+            "type",
+            "factory",
+            "resident bytes/vector",
+            "vs Flat",
+            "shard rows read per query",
+            "1-recall@10 vs Flat",
+            "q/s",
+        ],
+        rows,
+    )
+    return f"{head}\n\n{body}"
+
+
+def hybrid() -> str:
+    d = load("hybrid")
+    c = d["hybrid_config"]
+    head = source(
+        "hybrid",
+        d,
+        f" kiltmini, {d['passages']:,} passages, {d['queries']:,} queries; recall of BGE-large's top-1; fusion "
+        f"weights {c['dense_weight']:g} and {c['bm25_weight']:g}, `rrf_k` {c['rrf_k']:g}, depth {c['depth']}; "
+        "q/s in process at batch 64",
+    )
+    names = {"dense": f"dense ({d['model']}, {d['index_type']})", "bm25": "BM25 (bm25s)", "hybrid": "hybrid (RRF)"}
+    ks = list(d["recall_of_bge_top1"]["dense"])
+    rows = [
+        (names[r], *(num(rec[k], 3) for k in ks), num(d["queries_per_s_batch64"][r]))
+        for r, rec in d["recall_of_bge_top1"].items()
+    ]
+    body = table(["retriever", *(f"recall{k}" for k in ks), "q/s"], rows)
+    best = max(d["sweep"], key=lambda r: r["@5"])
+    sweep = table(
+        ["sweep (for information: picked on the same queries)", "bm25_weight", "rrf_k", "recall@5"],
+        [(f"best of {len(d['sweep'])} settings", best["bm25_weight"], best["rrf_k"], num(best["@5"], 3))],
+    )
+    return f"{head}\n\n{body}\n\n{sweep}"
+
+
+def retrieval() -> str:
+    d = load("retrieval")
+    p = d["search_params"]
+    head = source(
+        "retrieval",
+        d,
+        f" kiltmini, {d['passages']:,} passages, {d['queries']:,} queries, {d['model']} ({d['dimension']} dims), "
+        f"nprobe {p['nprobe']}, efSearch {p['efSearch']}; "
+        f"encoding ran at {num(d['encode_passages_per_s'])} passages/s",
+    )
+    rows = [
+        (
+            t["factory"],
+            t["effective_factory"],
+            f"{t['marginal_bytes_per_vector']:,.0f} ({t['bytes_per_vector']:,.0f})",
+            num(t["memory_vs_flat"], 3),
+            f"{t['build_seconds']:.2f} ({t['train_seconds']:.2f} + {t['add_seconds']:.2f})",
+            num(t["one_recall_at_10_vs_flat"], 3),
+            num(t["r1_top1_recall"]["@5"], 3),
+            f"{t['batched_search_queries_per_s']:,.0f}",
+        )
+        for t in d["index_types"]
+    ]
+    body = table(
+        [
+            "factory",
+            "effective",
+            "bytes/vector marginal (serialized)",
+            "memory vs Flat",
+            "build s (train + add)",
+            "1-recall@10 vs Flat",
+            "R1 top-1 recall@5",
+            "batched q/s",
+        ],
+        rows,
+    )
+    return f"{head}\n\n{body}"
+
+
+def retrieval_projection() -> str:
+    d = load("retrieval")
+    pr = d["projection_full_kilt"]
+    head = source(
+        "retrieval",
+        d,
+        f" Projection to {pr['passages'] / 1e6:,.0f}M passages of {pr['model']} ({pr['dimension']:,} dims): "
+        f"{pr['note']}",
+    )
+    body = table(
+        ["factory", "bytes/vector", "memory (GiB)", "train h", "add h"],
+        [
+            (
+                t["factory"],
+                f"{t['bytes_per_vector']:,.0f}",
+                num(t["memory_gib"]),
+                num(t["train_hours"], 2),
+                num(t["add_hours"], 2),
+            )
+            for t in pr["index_types"]
+        ],
+    )
+    enc = table(
+        ["encoding the projected corpus on this CPU", "hours"],
+        [
+            ("MiniLM", num(pr["encode_hours_minilm_this_cpu"])),
+            ("bge-large", num(pr["encode_hours_bge_large_this_cpu"])),
+        ],
+    )
+    return f"{head}\n\n{body}\n\n{enc}"
+
+
+def retrieval_server() -> str:
+    d = load("retrieval")
+    s = d["server"]
+    head = source(
+        "retrieval",
+        d,
+        f" Single-query `POST /search`, closed loop, cache off, `--threads {s['server_threads']}`, "
+        f"max batch {s['batch_size']}; the load generator on the same cores",
+    )
+    levels = list(s["batching_on_requests_per_s"])
+    body = table(
+        ["concurrency", *levels],
+        [
+            ("batching on, requests/s", *(num(s["batching_on_requests_per_s"][c]) for c in levels)),
+            ("batching off, requests/s", *(num(s["batching_off_requests_per_s"][c]) for c in levels)),
+        ],
+    )
+    limits = table(
+        [f"in-process limit (batches of {s['batch_size']})", "queries/s", "server at 64 / limit"],
+        [
+            (
+                f"{s['in_process_threads']} threads",
+                num(s["in_process_limit_queries_per_s"]),
+                num(s["ratio_to_limit_at_64"], 2),
+            ),
+            (
+                f"{s['server_threads']} thread (the server's setting)",
+                num(s["in_process_limit_at_server_threads_queries_per_s"]),
+                f"**{num(s['ratio_to_limit_at_server_threads_at_64'], 2)}**",
+            ),
+        ],
+    )
+    return f"{head}\n\n{body}\n\n{limits}"
+
+
+def reward_server() -> str:
+    d = load("reward_server")
+    head = source(
+        "reward_server",
+        d,
+        f" Preset `{d['preset']}`, real trajectories ({d['body_bytes_mean'] / 1000:,.1f} KB bodies), "
+        f"{d['seconds_per_point']:g} s per point; load generator: {d['load_generator']}; target: {d['target']}",
+    )
+    rows = []
+    for p in d["points"]:
+        r, t, v = p["reward"], p["trivial"], p["trivial_validated"]
+        rows.append(
+            (
+                p["workers"],
+                p["concurrency"],
+                f"{r['rps']:,.0f}",
+                num(r["p50_ms"]),
+                num(r["p99_ms"]),
+                f"{t['rps']:,.0f}",
+                f"{v['rps']:,.0f}",
+                num(p["ratio"], 2),
+                f"{r['server_cpu_us_per_request']:,.0f} / {t['server_cpu_us_per_request']:,.0f}",
+                r["errors"],
+            )
+        )
+    body = table(
+        [
+            "workers",
+            "concurrency",
+            "reward req/s",
+            "p50 ms",
+            "p99 ms",
+            "trivial req/s",
+            "trivial + validation req/s",
+            "ratio to trivial",
+            "server CPU µs/request, reward / trivial",
+            "errors",
+        ],
+        rows,
+    )
+    met = ", ".join(f"{w} worker(s): {'met' if ok else 'not met'}" for w, ok in d["target_met"].items())
+    extra = table(
+        ["target at concurrency 64", "scoring alone, in process (µs/sample)"],
+        [(met, num(d["scoring_us_in_process"]))],
+    )
+    return f"{head}\n\n{body}\n\n{extra}"
+
+
+def load_table() -> str:
+    d = load("load")
+    a = d["args"]
+    head = source(
+        "load",
+        d,
+        f" Through the project's clients; {a['reward_requests']:,} reward requests and {a['search_requests']:,} "
+        f"distinct searches per level, the last level again after {a['idle_s']:g} s idle; every answer checked "
+        f"against the in-process result; load average at the end {d['load_average_1m_at_end']}",
+    )
+    rows = [
+        (
+            r["client"],
+            r["phase"],
+            f"{r['concurrency']:,}",
+            f"{r['sent']:,}",
+            r["lost"],
+            r["wrong"],
+            num(r["p50_ms"]),
+            num(r["p99_ms"]),
+            num(r["max_ms"]),
+            num(r["rps"]),
+        )
+        for r in [*d["reward"], *d["search"], *d.get("libraries", [])]
+    ]
+    body = table(
+        ["client", "phase", "concurrency", "sent", "lost", "wrong", "p50 ms", "p99 ms", "max ms", "req/s"], rows
+    )
+    return f"{head}\n\n{body}"
+
+
+def rollout() -> str:
+    d = load("rollout")
+    o, b = d["overhead_per_step"], d["replayed_batch"]
+    mq = b["multi_query"]
+    rows = [
+        (
+            "environment overhead per step, mean (p99)",
+            f"{o['mean_ms']:.3f} ms ({o['p99_ms']:.3f} ms) over {o['steps']:,} steps; "
+            f"target < {o['target_ms']:g} ms {'met' if o['target_met'] else 'not met'}",
+        ),
+    ]
+    for label, r in (("retrieval per request", b["per_request"]), ("batched through the server", b["batched"])):
+        rows.append(
+            (
+                f"{r['episodes']} replayed episodes, {label}",
+                f"{r['seconds']:.2f} s ({r['episodes_per_s']:.1f} episodes/s)",
+            )
+        )
+    rows.append(("batched / per request, speed-up", f"{b['speedup']:.3f}x"))
+    for label, r in (("single-query steps", mq["single_query"]), ("one multi-query block", mq["multi_query"])):
+        rows.append(
+            (
+                f"{r['episodes']} scripted episodes, {label}",
+                f"{r['seconds']:.2f} s; {r['searches_per_episode']:g} search steps, "
+                f"{r['queries_per_episode']:g} queries per episode",
+            )
+        )
+    return f"{source('rollout', d)}\n\n{table(['figure', 'value'], rows)}"
+
+
+def hostile() -> str:
+    d = load("hostile")
+    c, t = d["criteria"], d["server_timeouts"]
+    inputs = d["inputs"]
+    held = sum(r["holds"] for r in inputs)
+    head = source(
+        "hostile",
+        d,
+        f" An input holds with no 5xx, the event loop blocked under {c['max_loop_block_ms']:,.0f} ms and RSS "
+        f"growth under {c['max_rss_growth_mb']:g} MB; header/body deadlines {t['header_timeout_s']} s / "
+        f"{t['body_timeout_s']} s for the run. **{held} of {len(inputs)} inputs hold**; longest loop block "
+        f"{max(r['max_loop_block_ms'] for r in inputs):,} ms, largest RSS growth "
+        f"{max(r['rss_peak_growth_mb'] for r in inputs):.1f} MB",
+    )
+    rows = [
+        (
+            r["server"],
+            r["input"].replace("|", "\\|"),
+            r["expected"],
+            ", ".join(f"{k} x{v}" for k, v in r["statuses"].items()),
+            r["max_loop_block_ms"],
+            num(r["rss_peak_growth_mb"]),
+            "yes" if r["holds"] else "**no**",
+        )
+        for r in inputs
+    ]
+    body = table(["server", "input", "expected", "answers", "loop block ms", "RSS growth MB", "holds"], rows)
+    return f"{head}\n\n{body}"
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "encode": encode,
+    "scale": scale,
+    "scale-projection": scale_projection,
+    "scale-kiltmini": scale_kiltmini,
+    "hybrid": hybrid,
+    "retrieval": retrieval,
+    "retrieval-projection": retrieval_projection,
+    "retrieval-server": retrieval_server,
+    "reward-server": reward_server,
+    "load": load_table,
+    "rollout": rollout,
+    "hostile": hostile,
+}
+
+
+def render(page: str) -> str:
+    """The page with every marked table re-rendered from the JSON; an unknown table name is an error."""
+
+    def one(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in TABLES:
+            raise KeyError(f"{PAGE.name}: <!-- table:{name} -->: no such table; known: {', '.join(TABLES)}")
+        return f"{m.group(1)}{TABLES[name]()}\n{m.group(4)}"
+
+    return BLOCK.sub(one, page)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.tables", description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 when the page differs from what the JSON renders")
+    p.add_argument("--page", type=Path, default=PAGE, help="the Markdown page (default docs/BENCHMARKS.md)")
+    args = p.parse_args(argv)
+    text = args.page.read_text(encoding="utf-8")
+    new = render(text)
+    if args.check:
+        if new != text:
+            print(
+                f"{args.page}: tables differ from benchmarks/results; run python -m benchmarks.tables", file=sys.stderr
+            )
+            return 1
+        return 0
+    args.page.write_text(new, encoding="utf-8")
+    print(f"{args.page}: {len(BLOCK.findall(new))} tables rendered")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

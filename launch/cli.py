@@ -1,0 +1,106 @@
+"""`searchrl`: one command line for everything a user runs; each subcommand is an existing module's `main(argv)`.
+
+The leading words pick the command (`searchrl search serve ...`); every argument after them goes untouched
+to the target, whose own parser gives `--help`. Targets are imported only when run, so a command costs
+nothing until used and a module that moves is a one-line change in COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    module: str
+    function: str
+    help: str
+    fixed_args: tuple[str, ...] = ()  # put before the user's arguments, e.g. the mode flag of `stage rehearse`
+
+
+COMMANDS: dict[str, Command] = {
+    "index build": Command("search_backend.build_index", "main", "build a search index (dense, BM25) from a corpus"),
+    "search serve": Command("search_backend.serve", "main", "serve an index over HTTP (the retrieval server)"),
+    "search query": Command("search_backend.search", "main", "search an index from the shell, one-shot"),
+    "reward serve": Command("reward_server.__main__", "main", "serve a stage's reward over HTTP (the reward server)"),
+    "reward score": Command("reward_server.score", "main", "score logged rollouts offline with a reward spec"),
+    "data prepare stage1": Command("stage1_format.prepare_data", "main", "stage 1 prompts, bucketed and mixed"),
+    "data prepare stage2": Command("stage2_answer.prepare_data", "main", "stage 2 prompts"),
+    "stage submit": Command("rollout.submit", "main", "preflight, then `ray job submit` a training stage"),
+    "stage rehearse": Command(
+        "rollout.submit", "main", "run a stage's job as Ray runs it, on CPU, and check it", ("--rehearse",)
+    ),
+    "stage preflight": Command(
+        "rollout.submit", "main", "every check of a submission, as a checklist; submits nothing", ("--preflight",)
+    ),
+    "stage dry-run": Command("rollout.submit", "main", "print the exact `ray job submit` command", ("--dry-run",)),
+    "servers start": Command("launch.servers", "start", "start the retrieval and reward servers in the background"),
+    "servers stop": Command("launch.servers", "stop", "stop the servers `servers start` started"),
+    "eval local": Command("eval.run_local", "main", "evaluate a model on the local benchmarks (KILT index)"),
+    "eval online": Command("eval.run_bamboogle_online", "main", "evaluate on Bamboogle with live web search"),
+    "eval judge": Command("eval.judge", "main", "add LLM-judge verdicts (ACC_L) to a results file"),
+    "eval score": Command("eval.score", "main", "EM, cover-EM, F1 (and ACC_L) of a results file"),
+    "eval report": Command("eval.report", "main", "rewrite results.md and results.png of an output folder"),
+    "eval tiny-checkpoint": Command("rollout.tiny_policy", "main", "write a tiny random checkpoint for CPU runs"),
+    "health": Command("eval.health", "main", "training-health curves from TensorBoard logs, collapse flags"),
+    "quickstart": Command("launch.quickstart", "main", "the main job on embedded defaults (CPU demo or real job)"),
+}
+
+GROUPS: dict[str, str] = {
+    "index": "build search indexes",
+    "search": "serve and query an index",
+    "reward": "serve and compute rewards",
+    "data": "prepare training data",
+    "data prepare": "write a stage's prompt dataset for OpenRLHF",
+    "stage": "submit, rehearse or check a training stage (STAGE: stage1 or stage2)",
+    "servers": "the retrieval and reward servers of a training run",
+    "eval": "evaluate models and score results",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command tree as argparse parsers, for its help listings and its errors; leaves take no arguments."""
+    root = argparse.ArgumentParser(
+        prog="searchrl",
+        description="Teach an LLM to search while it reasons: index, serve, train, evaluate.",
+        epilog="`searchrl COMMAND --help` shows a command's own options.",
+    )
+    parsers: dict[str, argparse.ArgumentParser] = {"": root}
+    subparsers: dict[str, argparse._SubParsersAction] = {}
+    for key in [*GROUPS, *COMMANDS]:
+        parent, _, word = key.rpartition(" ")
+        if parent not in subparsers:
+            subparsers[parent] = parsers[parent].add_subparsers(
+                dest=f"command_{len(parent.split())}", metavar="COMMAND", required=True
+            )
+        if key in COMMANDS:
+            parsers[key] = subparsers[parent].add_parser(word, help=COMMANDS[key].help, add_help=False)
+        else:
+            parsers[key] = subparsers[parent].add_parser(word, help=GROUPS[key], description=GROUPS[key])
+    return root
+
+
+def resolve(command: Command) -> Callable[[list[str]], int | None]:
+    return getattr(importlib.import_module(command.module), command.function)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prefixes = {" ".join(k.split()[:i]) for k in [*GROUPS, *COMMANDS] for i in range(1, len(k.split()) + 1)}
+    n = 0
+    while n < len(argv) and " ".join(argv[: n + 1]) in prefixes:
+        n += 1
+    key = " ".join(argv[:n])
+    if key not in COMMANDS:
+        # A group, an unknown word or --help: argparse prints the listing or the error (exit 0 or 2).
+        build_parser().parse_args(argv[: n + 1])
+        return 2
+    command = COMMANDS[key]
+    return int(resolve(command)([*command.fixed_args, *argv[n:]]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
