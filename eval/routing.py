@@ -185,7 +185,7 @@ def table(summaries: list[dict[str, Any]], pool: list[str]) -> str:
             s["name"],
             str(s["n"]),
             *(f"{s[m]:.3f}" for m in METRICS),
-            f"{s['cost_per_question']:.6f}",
+            f"{s['cost_per_question']:.3g}",
             f"{s['calls_per_question']:.2f}",
             *(f"{100 * s['call_share'][m]:.0f}" for m in pool),
         ]
