@@ -141,7 +141,8 @@ def test_ray_package_holds_code_and_config_only(tmp_path, monkeypatch, fresh_clo
     plan = submit.resolve(stage, None, [])
     env = {**submit.runtime_env(plan), "working_dir": str(clone), "excludes": submit.excludes(clone)}
     report = preflight.build_package(env, tmp_path / "package.zip")
-    assert f"{stage_package(submit.STAGES[stage])}/agent_func.py" in report.files and "rollout/agent.py" in report.files
+    agent = f"{stage_package(submit.STAGES[stage])}/agent_func.py"
+    assert agent in report.files and "rollout/agent.py" in report.files
     assert report.bytes < 5 << 20 and not report.data_files
     assert not [f for f in report.files if f.startswith(("indexes/", "runs/", "kilt", ".venv", "configs/resolved"))]
     # The resolved config reaches a worker through env_vars alone: no file to find.
