@@ -173,9 +173,7 @@ def start_loopback(pool: RouterConfig, qa: list[dict[str, Any]], workdir: Path) 
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def main(argv: list[str] | None = None) -> int:
-    import uvicorn
-
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m search_backend.loopback_pool",
         description="Serve a canned, question-dependent pool of models on loopback (OpenAI-compatible).",
@@ -185,7 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skill", action="append", default=[], metavar="MODEL=P", help="a model and its P(right)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8100)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    args = build_parser().parse_args(argv)
     skills: dict[str, float] = {}
     if args.config:
         from rollout.config import StageConfig, load
