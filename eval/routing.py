@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from eval.generation import GenParams, run_episodes
 from eval.metrics import all_metrics, as_golds
 from eval.models import resolve_model, template_config
@@ -126,7 +128,7 @@ async def run_baselines(
         "random": [rng.choice(names) for _ in questions],
     }
     tallies = []
-    for label, picks in choices.items():
+    for label, picks in tqdm(choices.items(), desc="baselines", unit="baseline"):
         tally = Tally(label, "baseline")
         found = await backend.search([f"{m}: {q['question']}" for m, q in zip(picks, questions, strict=True)], 1)
         for q, m, passages in zip(questions, picks, found, strict=True):
@@ -154,6 +156,7 @@ async def run_policy(
     env = SearchEnvironment(backend, stage.episode)
     params = GenParams(temperature=args.temperature, max_tokens=stage.episode.max_segment_tokens)
     tally = Tally(f"policy ({args.engine}: {model.name})", "policy")
+    bar = tqdm(total=len(questions), desc="policy", unit="q")
     try:
         for start in range(0, len(questions), args.batch_size):
             batch = questions[start : start + args.batch_size]
@@ -164,7 +167,9 @@ async def run_policy(
                 answer = parse_solution(r.episode.solution).answer
                 tally.add(q["question"], q["golds"], answer, calls, r.episode.cost)
                 tally.records[-1]["trajectory"] = r.episode.solution
+            bar.update(len(batch))
     finally:
+        bar.close()
         close = getattr(engine, "aclose", None)
         if close is not None:
             await close()
