@@ -28,12 +28,12 @@ from eval.generation import GenParams, HFTextEngine, OpenAICompletionsEngine, Te
 from eval.judge import DEFAULT_CACHE, LLMJudge
 from eval.judging import JudgeKeys, fill_verdicts, needs_verdict
 from eval.models import resolve_model, template_config, template_id
-from eval.questions import dataset_name, load_questions
 from eval.report import write_reports
 from eval.resume import check_resume
 from eval.score import score_file
 from rollout.config import EpisodeConfig, ModelConfig, StageConfig, resolve_model_path
 from rollout.environment import SearchEnvironment
+from rollout.questions import dataset_name, load_questions
 from rollout.templates import load_tokenizer, render_prompt
 from search_backend.base import SearchBackend
 from searchrl.config import ConfigError, load, validate

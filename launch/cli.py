@@ -29,6 +29,9 @@ COMMANDS: dict[str, Command] = {
     "reward score": Command("reward_server.score", "main", "score logged rollouts offline with a reward spec"),
     "data prepare stage1": Command("stage1_format.prepare_data", "main", "stage 1 prompts, bucketed and mixed"),
     "data prepare stage2": Command("stage2_answer.prepare_data", "main", "stage 2 prompts"),
+    "data prepare router_r1": Command(
+        "stage_router_r1.prepare_data", "main", "Router-R1 prompts: QA mixes or Router-R1's JSON, with the pool"
+    ),
     "stage submit": Command("rollout.submit", "main", "preflight, then `ray job submit` a training stage"),
     "stage rehearse": Command(
         "rollout.submit", "main", "run a stage's job as Ray runs it, on CPU, and check it", ("--rehearse",)
@@ -43,6 +46,9 @@ COMMANDS: dict[str, Command] = {
     "eval online": Command("eval.run_bamboogle_online", "main", "evaluate on Bamboogle with live web search"),
     "eval judge": Command("eval.judge", "main", "add LLM-judge verdicts (ACC_L) to a results file"),
     "eval score": Command("eval.score", "main", "EM, cover-EM, F1 (and ACC_L) of a results file"),
+    "eval routing": Command(
+        "eval.routing", "main", "a routing policy against cheapest/largest/random baselines: quality and cost"
+    ),
     "eval report": Command("eval.report", "main", "rewrite results.md and results.png of an output folder"),
     "eval tiny-checkpoint": Command("rollout.tiny_policy", "main", "write a tiny random checkpoint for CPU runs"),
     "health": Command("eval.health", "main", "training-health curves from TensorBoard logs, collapse flags"),

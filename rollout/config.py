@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_server.spec import RewardSpec
+from rollout.stage_prompt import StagePrompt
 from search_backend.config import SearchConfig
 from searchrl.config import ConfigError, load
 
@@ -22,6 +23,14 @@ from searchrl.config import ConfigError, load
 CONFIG_JSON_ENV = "SEARCHRL_CONFIG_JSON"
 CONFIG_ENV = "SEARCHRL_CONFIG"
 FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | None
+
+
+# The folder holding a stage's agent file and data preparation, where it is not named after the stage.
+STAGE_PACKAGES = {"router_r1": "stage_router_r1"}
+
+
+def stage_package(stage: str) -> str:
+    return STAGE_PACKAGES.get(stage, stage)
 
 
 class Strict(BaseModel):
@@ -102,13 +111,14 @@ class RewardServerConfig(Strict):
 
 
 class StageConfig(Strict):
-    stage: Literal["stage1_format", "stage2_answer"]
+    stage: Literal["stage1_format", "stage2_answer", "router_r1"]
     model: str = Field(description="path of a configs/models/*.yaml file")
     init_from: str | None = Field(None, description="a stage config whose final checkpoint is the starting policy")
     reward: RewardSpec
     episode: EpisodeConfig = EpisodeConfig()
     search: SearchConfig = SearchConfig()
     reward_server: RewardServerConfig = RewardServerConfig()
+    prompt: StagePrompt | None = Field(None, description="the stage's own prompt text, over the model config's")
     openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")
 
     @field_validator("openrlhf")

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from rollout.config import CONFIG_JSON_ENV, StageConfig
+from rollout.config import CONFIG_JSON_ENV, StageConfig, stage_package
 from rollout.templates import template_fingerprint
 
 # Ray refuses a working_dir package of this size or more (its gRPC message limit, 512 MiB).
@@ -190,7 +190,9 @@ def check_servers(stage: StageConfig, run_dir: Path, timeout_s: float = 5.0) -> 
 
 def check_data(stage: StageConfig, flags: dict[str, Any], model: Any, stage_name: str) -> list[Check]:
     data = flags.get("data.prompt_dataset")
-    prepare = f"python -m {stage.stage}.prepare_data --model {stage.model} --input QUESTIONS --out {data}"
+    prepare = (
+        f"python -m {stage_package(stage.stage)}.prepare_data --model {stage.model} --input QUESTIONS --out {data}"
+    )
     if not data:
         return [Check("prompt data", False, "openrlhf.data.prompt_dataset is not set", prepare)]
     path = Path(str(data))

@@ -25,8 +25,9 @@ from typing import Any
 import httpx
 
 from rollout import preflight
-from rollout.config import CONFIG_JSON_ENV
+from rollout.config import CONFIG_JSON_ENV, stage_package
 from rollout.rehearsal_job import MARKER
+from rollout.routed_recordings import by_price, route_trajectory
 from rollout.service import free_port, start_module, stop
 from searchrl.config import ConfigError
 
@@ -150,9 +151,11 @@ def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -
     return all(c.ok for c in checks) and any(c.name == "reward spec equal" for c in checks)
 
 
-def _prepare(stage_dir: Path, stage: str, model_config: str, prompts: int) -> tuple[Path, Path]:
+def _prepare(
+    stage_dir: Path, stage: str, model_config: str, prompts: int, route: list[str] | None = None
+) -> tuple[Path, Path]:
     """The stage's prompt data, made by its own data preparation from the recorded questions, and
-    the recordings keyed by the prompt the policy sees."""
+    the recordings keyed by the prompt the policy sees (for a routing stage, queries naming `route` models)."""
     records = [json.loads(line) for line in RECORDINGS.open(encoding="utf-8")]
     if prompts > len(records):
         raise ConfigError(f"--episodes: at most {len(records)} prompts are recorded ({RECORDINGS.name})")
@@ -162,13 +165,16 @@ def _prepare(stage_dir: Path, stage: str, model_config: str, prompts: int) -> tu
         "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in chosen)
     )
     data = stage_dir / "prompts.jsonl"
-    cmd = [sys.executable, "-m", f"{stage}.prepare_data", "--input", str(questions), "--out", str(data)]
+    cmd = [sys.executable, "-m", f"{stage_package(stage)}.prepare_data", "--input", str(questions), "--out", str(data)]
     cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
     by_question = {json.loads(line)["question"]: json.loads(line)["prompt"] for line in data.open(encoding="utf-8")}
-    recordings = {by_question[r["question"]]: r["gen_text_store"] for r in chosen}
+    recordings = {
+        by_question[r["question"]]: route_trajectory(r["gen_text_store"], route) if route else r["gen_text_store"]
+        for r in chosen
+    }
     rec = stage_dir / "recordings.json"
     rec.write_text(json.dumps(recordings))
     return data, rec
@@ -202,7 +208,8 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
     try:
         base = resolve(stage_name, model, ["init_from=null", *overrides])
         model_config = str(base["stage"].model)
-        data, recordings = _prepare(stage_dir, stage, model_config, prompts)
+        router = base["stage"].search.router if base["stage"].search.backend == "router" else None
+        data, recordings = _prepare(stage_dir, stage, model_config, prompts, by_price(router) if router else None)
         scale = {
             **CPU_SCALE,
             "rollout.n_samples_per_prompt": n,
@@ -214,30 +221,43 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
             "logger.tensorboard_dir": str(stage_dir / "tensorboard"),
         }
         local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
-        if not _healthy_servers(stage_name, model, [*local, *overrides]):
-            index = work / "index"
-            if not (index / "manifest.json").is_file():
-                from search_backend.build_index import build
+        if router is not None:
+            # A routing stage's pool on loopback: canned answers to the rehearsal's questions, its prices.
+            from rollout.loopback_pool import repoint, start_loopback
 
-                print(f"[rehearse] building the mini index: {EXAMPLES / 'mini_corpus.jsonl'} -> {index}", flush=True)
-                build(EXAMPLES / "mini_corpus.jsonl", "jsonl", index)
-            search_port, reward_port = free_port(), free_port()
+            qa = [json.loads(line) for line in (stage_dir / "questions.jsonl").open(encoding="utf-8")]
+            pool_proc, pool_url = start_loopback(router, qa, stage_dir)
+            started.append(pool_proc)
+            models = [m.model_dump() for m in repoint(router, pool_url).models]
+            local.append(f"search.router.models={json.dumps(models)}")
+            print(f"[rehearse] loopback LLM pool {pool_url} ({', '.join(m['name'] for m in models)})", flush=True)
+        if not _healthy_servers(stage_name, model, [*local, *overrides]):
+            if router is None:
+                index = work / "index"
+                if not (index / "manifest.json").is_file():
+                    from search_backend.build_index import build
+
+                    print(
+                        f"[rehearse] building the mini index: {EXAMPLES / 'mini_corpus.jsonl'} -> {index}", flush=True
+                    )
+                    build(EXAMPLES / "mini_corpus.jsonl", "jsonl", index)
+                search_port = free_port()
+                started.append(
+                    start_module(
+                        "search_backend.serve", ["--index", str(index)], search_port, stage_dir / "retrieval.log", 180
+                    )
+                )
+                local.append(f"search.urls=http://127.0.0.1:{search_port}")
+                print(f"[rehearse] retrieval server :{search_port} (mini index)", flush=True)
+            reward_port = free_port()
             plan0 = resolve(stage_name, model, [*local, *overrides])
             spec_file = stage_dir / "stage.json"
             spec_file.write_text(plan0["stage"].model_dump_json())
             started.append(
-                start_module(
-                    "search_backend.serve", ["--index", str(index)], search_port, stage_dir / "retrieval.log", 180
-                )
-            )
-            started.append(
                 start_module("reward_server", ["--resolved", str(spec_file)], reward_port, stage_dir / "reward.log")
             )
-            local += [
-                f"search.urls=http://127.0.0.1:{search_port}",
-                f"reward_server.urls=http://127.0.0.1:{reward_port}",
-            ]
-            print(f"[rehearse] retrieval server :{search_port}, reward server :{reward_port} (mini index)", flush=True)
+            local.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
+            print(f"[rehearse] reward server :{reward_port}", flush=True)
         plan = resolve(stage_name, model, [*local, *overrides])
         env = runtime_env(plan)
         print(f"[rehearse] preflight for {plan['stage'].stage}:", flush=True)

@@ -1,4 +1,4 @@
-"""Submit a training stage to Ray: `launch/ray_submit.sh stage1|stage2 [--model X] [--dry-run] [key=value ...]`.
+"""Submit a training stage to Ray: `launch/ray_submit.sh STAGE [--model X] [--dry-run] [key=value ...]`.
 
 Resolves the stage and model configs, renders OpenRLHF's `train_ppo_ray` flags (every one checked
 by OpenRLHF's own parser), runs the preflight checks (rollout/preflight.py) and `ray job submit`.
@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from rollout import preflight
-from rollout.config import CONFIG_JSON_ENV, StageConfig, load_stage
+from rollout.config import CONFIG_JSON_ENV, StageConfig, load_stage, stage_package
 from rollout.openrlhf_flags import render_flags, validated_args
+from rollout.stage_prompt import effective_model
 from searchrl.config import ConfigError, load
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
+STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer", "router_r1": "router_r1"}
 # Flags whose values are paths on the submitting machine: made absolute so every Ray worker, whose
 # working directory is the uploaded copy of the code, reads the same files (shared storage on a cluster).
 PATH_FLAGS = ("data.prompt_dataset", "ckpt.output_dir", "ckpt.path", "logger.tensorboard_dir", "eval.dataset")
@@ -41,6 +42,7 @@ UPLOAD = (
     "eval",
     "stage1_format",
     "stage2_answer",
+    "stage_router_r1",
     "configs",
     "pyproject.toml",
 )
@@ -87,10 +89,11 @@ def resolve(stage_name: str, model: str | None, overrides: list[str]) -> dict[st
     stage_file = ROOT / "configs/stages" / f"{STAGES[stage_name]}.yaml"
     overrides = ([f"model={model}"] if model else []) + overrides
     stage, model_cfg = load_stage(stage_file, overrides)
+    model_cfg = effective_model(model_cfg, stage)
     policy, policy_source = starting_policy(stage, stage_file, model_cfg.model_path)
     flags = {name: _absolute(v) if name in PATH_FLAGS else v for name, v in stage.openrlhf.items()}
     flags["actor.model_name_or_path"] = policy
-    flags["train.agent_func_path"] = f"{stage.stage}/agent_func.py"
+    flags["train.agent_func_path"] = f"{stage_package(stage.stage)}/agent_func.py"
     secrets = {env: str(flags[name]) for name, env in SECRET_FLAGS.items() if flags.get(name)}
     hidden = {name: f"${env}" for name, env in SECRET_FLAGS.items() if flags.get(name)}
     # The job's shell expands `$WANDB_API_KEY` from env_vars: the key never appears in a command line
@@ -237,7 +240,11 @@ def wait_until_ready(previous: StageConfig, checkpoint: str, args: argparse.Name
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launch/ray_submit.sh", description=__doc__.splitlines()[0].split(": ", 1)[1])
-    p.add_argument("stage", choices=sorted(STAGES), help="stage1: format reward; stage2: format + answer reward")
+    p.add_argument(
+        "stage",
+        choices=sorted(STAGES),
+        help="stage1: format reward; stage2: format + answer reward; router_r1: LLM routing (Router-R1)",
+    )
     p.add_argument("--model", default=None, help="a configs/models/*.yaml file (default: the stage config's)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the exact command and exit; contacts nothing")

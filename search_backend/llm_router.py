@@ -28,6 +28,8 @@ class RoutedModel(BaseModel):
     price_per_1k_prompt: float = Field(0.0, ge=0)
     price_per_1k_completion: float = Field(0.0, ge=0)
     max_tokens: int = Field(256, ge=1)
+    description: str = Field("", description="what the prompt tells the policy about this model")
+    latency_s: float | None = Field(None, ge=0, description="typical seconds per answer, shown in the prompt")
 
 
 class RouterConfig(BaseModel):

@@ -19,12 +19,13 @@ LAYERS = (
     "rollout",
     "stage1_format",
     "stage2_answer",
+    "stage_router_r1",
     "eval",
     "launch",
     "benchmarks",
 )
 # OpenRLHF loads these by path from the Ray working_dir, where the project root is not on sys.path yet.
-AGENT_ENTRY_FILES = ("stage1_format/agent_func.py", "stage2_answer/agent_func.py")
+AGENT_ENTRY_FILES = ("stage1_format/agent_func.py", "stage2_answer/agent_func.py", "stage_router_r1/agent_func.py")
 
 
 def python_files(package: str) -> list[Path]:

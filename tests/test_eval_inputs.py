@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from eval.questions import load_questions, parse_hf
 from eval.run_local import main as run_local
 from rollout.hub import HubError
+from rollout.questions import load_questions, parse_hf
 from searchrl.jsonl import RecordError
 from tests.conftest import ROOT
 

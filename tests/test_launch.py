@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from rollout.config import stage_package
 from rollout.openrlhf_flags import check_args
 from tests.conftest import FIXTURES, ROOT
 
@@ -20,7 +21,7 @@ def submit(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("stage", ["stage1", "stage2"])
+@pytest.mark.parametrize("stage", ["stage1", "stage2", "router_r1"])
 @pytest.mark.parametrize("model", MODELS)
 def test_dry_run_renders_a_command_openrlhf_parses(stage, model):
     out = submit(stage, "--model", model, "--dry-run", "openrlhf.rollout.batch_size=32")
@@ -30,8 +31,8 @@ def test_dry_run_renders_a_command_openrlhf_parses(stage, model):
     sep = cmd.index("--")
     assert cmd[sep + 1 : sep + 4] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
     ns = vars(check_args(cmd[sep + 4 :]))  # OpenRLHF 0.11.2's own parser, types and choices included
-    name = "stage1_format" if stage == "stage1" else "stage2_answer"
-    assert ns["train.agent_func_path"] == f"{name}/agent_func.py"
+    name = {"stage1": "stage1_format", "stage2": "stage2_answer", "router_r1": "router_r1"}[stage]
+    assert ns["train.agent_func_path"] == f"{stage_package(name)}/agent_func.py"
     assert ns["algo.advantage.estimator"] == "reinforce_baseline"
     assert ns["rollout.n_samples_per_prompt"] == 16 and ns["rollout.batch_size"] == 32
     env = json.loads(cmd[cmd.index("--runtime-env-json") + 1])

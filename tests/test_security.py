@@ -5,7 +5,7 @@ import re
 from tests.conftest import ROOT
 
 SOURCES = [p for d in ("search_backend", "reward_server", "rollout", "eval", "stage1_format", "stage2_answer",
-                       "launch", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+                       "stage_router_r1", "launch", "benchmarks") for p in (ROOT / d).rglob("*.py")]
 
 
 def test_no_pickle_anywhere():
@@ -20,6 +20,9 @@ def test_servers_bind_loopback_by_default():
 
     assert build_parser().parse_args(["--preset", "stage2-answer"]).host == "127.0.0.1"
     assert parser().parse_args(["--index", "x"]).host == "127.0.0.1"
+    from rollout.loopback_pool import build_parser as pool_parser
+
+    assert pool_parser().parse_args(["--qa", "x"]).host == "127.0.0.1"
 
 
 def test_api_keys_come_only_from_the_environment():

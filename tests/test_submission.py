@@ -21,7 +21,7 @@ from reward_server.app import ServerSettings, create_app
 from reward_server.scoring import score_solution
 from rollout import preflight, submit
 from rollout.agent import Runtime, load_agent_executor, stage_from_env
-from rollout.config import CONFIG_JSON_ENV, load_stage
+from rollout.config import CONFIG_JSON_ENV, load_stage, stage_package
 from rollout.engines import SamplingParams
 from rollout.environment import Episode, SearchEnvironment
 from rollout.openrlhf_flags import check_args
@@ -134,14 +134,15 @@ def fresh_clone(tmp_path_factory) -> Path:
     return clone
 
 
-@pytest.mark.parametrize("stage", ["stage1", "stage2"])
+@pytest.mark.parametrize("stage", ["stage1", "stage2", "router_r1"])
 def test_ray_package_holds_code_and_config_only(tmp_path, monkeypatch, fresh_clone, stage):
     """Defects 1 and 2: Ray 2.55's own packaging of the rendered runtime_env, in a clone with data in it."""
     clone = fresh_clone
     plan = submit.resolve(stage, None, [])
     env = {**submit.runtime_env(plan), "working_dir": str(clone), "excludes": submit.excludes(clone)}
     report = preflight.build_package(env, tmp_path / "package.zip")
-    assert f"{submit.STAGES[stage]}/agent_func.py" in report.files and "rollout/agent.py" in report.files
+    agent = f"{stage_package(submit.STAGES[stage])}/agent_func.py"
+    assert agent in report.files and "rollout/agent.py" in report.files
     assert report.bytes < 5 << 20 and not report.data_files
     assert not [f for f in report.files if f.startswith(("indexes/", "runs/", "kilt", ".venv", "configs/resolved"))]
     # The resolved config reaches a worker through env_vars alone: no file to find.

@@ -15,7 +15,7 @@ from typing import Any
 from rollout.hub import load_dataset_rows
 from searchrl.jsonl import RecordError, read_jsonl
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parent.parent / "eval" / "data"
 BUNDLED = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}
 # Answer fields tried in order when none is named: R1-Searcher, FlashRAG / Search-R1, SQuAD-like sets.
 ANSWER_FIELDS = ("answer", "golden_answers", "answers")
