@@ -9,6 +9,7 @@ import pytest
 from reward_server.app import ServerSettings, create_app
 from reward_server.scoring import score_solution
 from reward_server.spec import PRESETS, STAGE2_ANSWER
+from rollout.reward_client import RewardClient
 from searchrl.metrics import as_golds
 from tests.conftest import serve
 
@@ -50,24 +51,21 @@ def test_2000_concurrent_single_sample_requests_match_in_process(server, traject
         score_solution(r["gen_text_store"], as_golds(r["answer"]), PRESETS["r1searcher-qwen-stage2"]) for r in samples
     ]
 
+    # Through the project's own client, as the agent sends them: its pooled session retries a keep-alive
+    # connection the server closed between requests, which a bare test client reports as a ReadError.
     async def run():
-        limits = httpx.Limits(max_connections=128)
-        async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-            sem = asyncio.Semaphore(128)
-
-            async def one(r):
-                async with sem:
-                    body = {"query": [PROMPT + r["gen_text_store"]], "prompts": [PROMPT], "labels": [r["answer"]]}
-                    resp = await client.post("/get_reward", json=body)
-                    resp.raise_for_status()
-                    return resp.json()
-
-            return await asyncio.gather(*(one(r) for r in samples))
+        client = RewardClient(url, deadline_s=120, max_connections=128)
+        try:
+            return await asyncio.gather(
+                *(client.score(PROMPT + r["gen_text_store"], PROMPT, r["answer"]) for r in samples)
+            )
+        finally:
+            await client.aclose()
 
     answers = asyncio.run(run())
-    assert [a["rewards"][0] for a in answers] == [e.reward for e in expected]
-    assert [a["scores"][0] for a in answers] == [e.score for e in expected]
-    assert [a["extra_logs"]["format_ok"][0] for a in answers] == [e.logs["format_ok"] for e in expected]
+    assert [a.reward for a in answers] == [e.reward for e in expected]
+    assert [a.score for a in answers] == [e.score for e in expected]
+    assert [a.extra_logs["format_ok"] for a in answers] == [float(e.logs["format_ok"]) for e in expected]
     assert sum(1 for _ in log.open()) >= 2000
 
 
