@@ -108,12 +108,17 @@ class GMTRouterPolicy:
         self.unknown_row = len(histories)
 
     @classmethod
-    def from_config(cls, config: GMTRouterPolicyConfig) -> GMTRouterPolicy:
+    def from_config(cls, config: GMTRouterPolicyConfig, pool: Sequence[str]) -> GMTRouterPolicy:
         from search_backend.gmtrouter.data import read_logs, sessions_of
         from search_backend.gmtrouter.graph import UserHistory
         from search_backend.gmtrouter.model import HISTORY_FILE
 
         router = PersonalRouter.load(config.checkpoint)
+        if not set(pool) & set(router.models):
+            raise ValueError(
+                f"search.router.policy.checkpoint: {config.checkpoint} was trained on models {router.models}, "
+                f"none of them in the pool {list(pool)}; name pool models as in the training logs"
+            )
         path = config.history or config.checkpoint / HISTORY_FILE
         gap = router.net.config.session_gap_minutes
         users = read_logs(path, models=router.models) if path.is_file() else []
