@@ -21,6 +21,7 @@ from search_backend.gmtrouter.data import Session, UserLog, sessions_of
 from search_backend.gmtrouter.graph import UserHistory
 from search_backend.gmtrouter.model import HISTORY_FILE
 from search_backend.gmtrouter.policy import PersonalRouter
+from search_backend.gmtrouter.train import TrainConfig
 
 METHODS = ("personalised", "non_personalised", "popularity")
 
@@ -174,3 +175,35 @@ def evaluate_logs(
     report["context_sessions"] = context_sessions
     report["seen_users"] = sum(u.user_id in seen for u in users)
     return report
+
+
+def heldout_experiment(
+    seen_users: int,
+    new_users: int,
+    seed: int,
+    cfg: TrainConfig,
+    out: Path,
+    train_fraction: float = 0.7,
+    context_sessions: int = 3,
+    encode: Callable[[list[str]], np.ndarray] | None = None,
+    progress: bool = False,
+) -> dict:
+    """Synthetic users, trained on the earliest `train_fraction` of the seen users' sessions; scored on
+    the seen users' later sessions and on new users (their first `context_sessions` as context)."""
+    from search_backend.gmtrouter.data import split_sessions
+    from search_backend.gmtrouter.synthetic import synthesize
+    from search_backend.gmtrouter.train import train_checkpoint
+
+    users = synthesize(seen_users + new_users, seed=seed)
+    train, later = [], []
+    for user in users[:seen_users]:
+        early, late = split_sessions(user, train_fraction, cfg.session_gap_minutes)
+        for sessions, into in ((early, train), (late, later)):
+            inters = [i for s in sessions for i in s.interactions]
+            if inters:
+                into.append(user.model_copy(update={"interactions": inters}))
+    train_checkpoint(train, out, cfg, encode=encode, progress=progress)
+    return {
+        "seen_users_later_sessions": evaluate_logs(out, later, 0, encode=encode, progress=progress),
+        "new_users": evaluate_logs(out, users[seen_users:], context_sessions, encode=encode, progress=progress),
+    }

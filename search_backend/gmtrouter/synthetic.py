@@ -1,7 +1,7 @@
 """Synthetic users with known, differing preferences, so that personalisation can be measured.
 
-Each user belongs to a persona; a persona's taste is a utility per (query topic, model), drawn so that
-the best model for a topic differs between personas, and each user adds their own small deviations.
+Each user belongs to a persona; a user's utility for a model on a query is the persona's taste in
+models plus the model's skill on the query's topic, plus the user's own small deviations.
 A session is one question re-asked of two or three models picked uniformly (an unbiased logging
 policy), each answer rated with noise. Knowing the topic alone (a non-personalised router) or the
 overall best-rated model (popularity) is therefore wrong for many users; inferring the persona from a
@@ -66,14 +66,14 @@ def topic_queries() -> dict[str, list[str]]:
 
 
 def persona_utilities(rng: np.random.Generator, personas: int) -> np.ndarray:
-    """(personas, topics, models) utilities; each persona's favourite model per topic is a different one
-    where possible, so no single model or topic rule serves them all."""
+    """(personas, topics, models) utilities: a persona's taste in models (each persona favours another
+    model) plus each model's skill per topic, shared by everyone. The topic skills are what a
+    non-personalised router can learn; the taste is what only a user's own ratings reveal."""
     n_topics, n_models = len(TOPICS), len(MODELS)
-    util = rng.normal(0.0, 0.6, size=(personas, n_topics, n_models))
-    for p in range(personas):
-        for t in range(n_topics):
-            util[p, t, (p + 2 * t) % n_models] += 2.0
-    return util
+    taste = rng.normal(0.0, 0.5, size=(personas, n_models))
+    taste[np.arange(personas), np.arange(personas) % n_models] += 1.5
+    skill = rng.normal(0.0, 0.8, size=(n_topics, n_models))
+    return taste[:, None, :] + skill[None, :, :]
 
 
 def synthesize(
@@ -99,7 +99,7 @@ def synthesize(
             ti = int(rng.integers(len(topics)))
             query = str(rng.choice(queries[topics[ti]]))
             for m in rng.choice(len(MODELS), size=int(rng.integers(2, 4)), replace=False):
-                rating = 1.0 / (1.0 + np.exp(-1.5 * (mine[ti, m] - 0.5))) + rng.normal(0.0, feedback_noise)
+                rating = 1.0 / (1.0 + np.exp(-2.0 * (mine[ti, m] - 0.5))) + rng.normal(0.0, feedback_noise)
                 inters.append(
                     Interaction(
                         query=query,
