@@ -114,7 +114,7 @@ def read_logs(path: str | Path, models: Iterable[str] | None = None) -> list[Use
         for n, text in enumerate(f, 1):
             if not text.strip():
                 continue
-            where = f"{path}:{n}"
+            where = f"{path}, line {n}"
             user = parse_line(text, where)
             if user.user_id in first_line:
                 raise LogError(
