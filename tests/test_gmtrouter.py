@@ -4,6 +4,7 @@ its checkpoint (safetensors + JSON, no pickle), and its use as the router backen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 from datetime import UTC, datetime
@@ -144,9 +145,8 @@ def test_the_router_backend_asks_the_policy_for_queries_naming_no_model(experime
     other = next(u.user_id for u, p in zip(history, picks, strict=True) if p != picks[0])
 
     controls = {m: FakeControl(api_key=None) for m in MODELS}
-    servers = [serve(chat_app(controls[m], answer_as(m))) for m in MODELS]
-    urls = [s.__enter__() for s in servers]
-    try:
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(serve(chat_app(controls[m], answer_as(m)))) for m in MODELS]
         pool = [{"name": m, "base_url": f"{u}/v1", "model": m} for m, u in zip(MODELS, urls, strict=True)]
         policy_cfg = {"checkpoint": str(out), "user": first}
         backend = open_backend(
@@ -169,9 +169,6 @@ def test_the_router_backend_asks_the_policy_for_queries_naming_no_model(experime
                 await backend.aclose()
 
         results = asyncio.run(run())
-    finally:
-        for s in servers:
-            s.__exit__(None, None, None)
     chosen = [r[0].title for r in results]
     assert chosen[0] == picks[0] and chosen[1] != picks[0]
     assert chosen[2] == chosen[3] == picks[0]  # no user named: the configured default user

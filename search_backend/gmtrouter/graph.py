@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch_geometric.data import HeteroData
+from tqdm import tqdm
 
 from search_backend.gmtrouter.data import Session
 
@@ -45,14 +46,16 @@ class QueryTable:
         self._rows: dict[str, int] = {}
         self._vectors: list[np.ndarray] = []
 
-    def add(self, texts: Sequence[str]) -> None:
+    def add(self, texts: Sequence[str], progress: bool = False, chunk: int = 256) -> None:
         new = list(dict.fromkeys(t for t in texts if t not in self._rows))
-        if not new:
-            return
-        vectors = self._encode(new)
-        for t, v in zip(new, vectors, strict=True):
-            self._rows[t] = len(self._rows)
-            self._vectors.append(np.asarray(v, dtype=np.float32))
+        bar = tqdm(total=len(new), desc="embed queries", unit="query", disable=not progress or not new)
+        for start in range(0, len(new), chunk):
+            part = new[start : start + chunk]
+            for t, v in zip(part, self._encode(part), strict=True):
+                self._rows[t] = len(self._rows)
+                self._vectors.append(np.asarray(v, dtype=np.float32))
+            bar.update(len(part))
+        bar.close()
 
     def rows(self, texts: Sequence[str]) -> list[int]:
         self.add(texts)

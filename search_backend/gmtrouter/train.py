@@ -181,7 +181,7 @@ def train_checkpoint(
     else:
         dim = int(encode(["probe"]).shape[1])
     queries = QueryTable(encode, dim)
-    queries.add(sorted({i.query for u in users for i in u.interactions}))
+    queries.add(sorted({i.query for u in users for i in u.interactions}), progress=progress)
     net_config = NetConfig(
         models=vocab,
         query_dim=dim,
