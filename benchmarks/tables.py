@@ -489,6 +489,34 @@ def hostile() -> str:
     return f"{head}\n\n{body}"
 
 
+def gmtrouter() -> str:
+    d = load("gmtrouter")
+    st = d["settings"]
+    head = source(
+        "gmtrouter",
+        d,
+        f" synthetic users: {st['seen_users']} seen (trained on their first {st['train_fraction']:.0%} of sessions), "
+        f"{st['new_users']} new ({st['new_user_context_sessions']} sessions of context); {st['epochs']} epochs; "
+        f"mean of seeds {', '.join(str(s) for s in d['seeds'])}; margins: the worst seed's",
+    )
+    sets = {"seen_users_later_sessions": "seen users, later sessions", "new_users": "new users"}
+    rows = []
+    for key, label in sets.items():
+        mean, worst = d["mean"][key], d["min_margin"][key]
+        for metric in ("preference_accuracy", "ndcg@3"):
+            rows.append(
+                (
+                    f"{label}: {metric.replace('_', ' ')}",
+                    *(num(mean[m][metric], 3) for m in ("personalised", "non_personalised", "popularity")),
+                    f"+{num(worst['non_personalised'][metric], 3)} / +{num(worst['popularity'][metric], 3)}",
+                )
+            )
+    body = table(
+        ["held-out", "personalised", "non-personalised", "popularity", "worst margin (non-pers. / popularity)"], rows
+    )
+    return f"{head}\n\n{body}\n\n![GMTRouter against its baselines](../benchmarks/results/gmtrouter.png)"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "encode": encode,
     "scale": scale,
@@ -502,6 +530,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "load": load_table,
     "rollout": rollout,
     "hostile": hostile,
+    "gmtrouter": gmtrouter,
 }
 
 

@@ -51,6 +51,21 @@ COMMANDS: dict[str, Command] = {
     ),
     "eval report": Command("eval.report", "main", "rewrite results.md and results.png of an output folder"),
     "eval tiny-checkpoint": Command("rollout.tiny_policy", "main", "write a tiny random checkpoint for CPU runs"),
+    "gmtrouter train": Command(
+        "search_backend.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
+    ),
+    "gmtrouter evaluate": Command(
+        "search_backend.gmtrouter.__main__",
+        "main",
+        "preference accuracy and NDCG@k against popularity and non-personalised routing",
+        ("evaluate",),
+    ),
+    "gmtrouter synthesize": Command(
+        "search_backend.gmtrouter.__main__",
+        "main",
+        "synthetic users with known, differing preferences",
+        ("synthesize",),
+    ),
     "health": Command("eval.health", "main", "training-health curves from TensorBoard logs, collapse flags"),
     "quickstart": Command("launch.quickstart", "main", "the main job on embedded defaults (CPU demo or real job)"),
 }
@@ -61,9 +76,10 @@ GROUPS: dict[str, str] = {
     "reward": "serve and compute rewards",
     "data": "prepare training data",
     "data prepare": "write a stage's prompt dataset for OpenRLHF",
-    "stage": "submit, rehearse or check a training stage (STAGE: stage1 or stage2)",
+    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2 or router_r1)",
     "servers": "the retrieval and reward servers of a training run",
     "eval": "evaluate models and score results",
+    "gmtrouter": "the personalised routing policy (GMTRouter): train, evaluate, synthetic users",
 }
 
 

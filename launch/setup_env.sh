@@ -30,7 +30,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   if ! "$PY" -c "import openrlhf" 2>/dev/null; then
     pipi --no-deps "$OPENRLHF_SPEC"
   fi
-  "$PY" -c "import torch, fastapi, faiss, sentence_transformers, openrlhf" \
+  "$PY" -c "import torch, fastapi, faiss, sentence_transformers, openrlhf, torch_geometric" \
     || { echo "[setup] install incomplete: see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

@@ -8,10 +8,13 @@ environment can charge it; the questions of one step go out in parallel.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from search_backend.base import Passage, SearchAuthError, SearchError
+from search_backend.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig
 from searchrl.http_transport import HttpRefusedError, HttpSession, RequestEncodingError, RetryableError, RetryPolicy
 from searchrl.openai_client import ChatAnswer, OpenAIClient, key_from_env
 
@@ -38,6 +41,28 @@ class RouterConfig(BaseModel):
     models: list[RoutedModel] = Field(min_length=1)
     timeout_s: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0)
+    policy: GMTRouterPolicyConfig | None = Field(
+        None, description="picks the model for queries that name none, or `auto:` / `auto@user:` (GMTRouter)"
+    )
+
+
+class RoutingPolicy(Protocol):
+    def choose(self, items: Sequence[tuple[str | None, str]], allowed: Sequence[str]) -> list[str]:
+        """A model name from `allowed` for each (user or None, question)."""
+        ...
+
+
+POLICIES: dict[str, type] = {"gmtrouter": GMTRouterPolicy}
+
+
+def auto_query(query: str) -> tuple[str | None, str]:
+    """(user, question) of a query routed by the policy: `auto@u17: q` names user u17, `auto: q` and a
+    query naming no model leave the user to the policy's default."""
+    head, sep, rest = query.partition(":")
+    head = head.strip()
+    if sep and (head == "auto" or head.startswith("auto@")):
+        return head[5:].strip() or None, rest.strip()
+    return None, query.strip()
 
 
 class LLMRouterBackend:
@@ -51,6 +76,9 @@ class LLMRouterBackend:
             m.name: OpenAIClient(m.base_url, api_key=key_from_env(m.api_key_env), retry=retry, session=self._http)
             for m in config.models
         }
+        self.policy: RoutingPolicy | None = None
+        if config.policy is not None:
+            self.policy = POLICIES[config.policy.kind].from_config(config.policy, pool=list(self.models))
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> LLMRouterBackend:
@@ -85,8 +113,17 @@ class LLMRouterBackend:
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
         """One answer per query, from the model it names; an unknown name gets the list of models."""
 
-        async def one(query: str) -> list[Passage]:
-            model, question = self.route(query)
+        routed = [self.route(q) for q in queries]
+        unnamed = [i for i, (model, _) in enumerate(routed) if model is None]
+        if self.policy is not None and unnamed:
+            items = [auto_query(queries[i]) for i in unnamed]
+            # Scoring embeds the questions: CPU work kept off the event loop.
+            picks = await asyncio.to_thread(self.policy.choose, items, list(self.models))
+            for i, (_, question), name in zip(unnamed, items, picks, strict=True):
+                routed[i] = (self.models[name], question)
+
+        async def one(route: tuple[RoutedModel | None, str]) -> list[Passage]:
+            model, question = route
             if model is None:
                 names = ", ".join(self.models)
                 return [
@@ -99,7 +136,7 @@ class LLMRouterBackend:
                 ]
             return [await self._ask(model, question)]
 
-        return list(await asyncio.gather(*(one(q) for q in queries)))
+        return list(await asyncio.gather(*(one(r) for r in routed)))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -1,0 +1,1 @@
+"""GMTRouter: personalised routing over multi-turn user interactions, as a routing policy."""
