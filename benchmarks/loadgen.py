@@ -27,9 +27,17 @@ class LoadResult:
     slow: int = 0
 
 
-async def closed_loop(url: str, path: str, bodies: list[bytes], concurrency: int, seconds: float,
-                      ok_prefix: bytes = b"{", check: Callable[[int, bytes], bool] | None = None,
-                      max_requests: int | None = None, slow_s: float = 1.0) -> LoadResult:
+async def closed_loop(
+    url: str,
+    path: str,
+    bodies: list[bytes],
+    concurrency: int,
+    seconds: float,
+    ok_prefix: bytes = b"{",
+    check: Callable[[int, bytes], bool] | None = None,
+    max_requests: int | None = None,
+    slow_s: float = 1.0,
+) -> LoadResult:
     """POST `bodies` (round robin) to `url + path` for `seconds` or `max_requests`, whichever comes first.
 
     A 200 whose body starts with `ok_prefix` counts as served; `check(i, payload)`, when given, says
@@ -50,11 +58,18 @@ async def closed_loop(url: str, path: str, bodies: list[bytes], concurrency: int
                 sent += 1
                 body = bodies[i % len(bodies)]
                 t0 = time.perf_counter()
-                writer.write(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (path.encode(), host.encode(), len(body), body))
+                writer.write(
+                    b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (path.encode(), host.encode(), len(body), body)
+                )
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
                 payload = await reader.readexactly(length)
                 if head.startswith(b"HTTP/1.1 200") and payload.startswith(ok_prefix):
                     latencies.append(time.perf_counter() - t0)

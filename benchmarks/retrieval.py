@@ -67,8 +67,16 @@ def in_process_limit(backend: LocalFaissBackend, queries: list[str], batch: int,
     return done / (time.perf_counter() - started)
 
 
-def index_types(shards: list[Path], dim: int, n: int, query_vectors: np.ndarray, targets: np.ndarray,
-                factories: list[str], nprobe: int, ef_search: int) -> list[dict]:
+def index_types(
+    shards: list[Path],
+    dim: int,
+    n: int,
+    query_vectors: np.ndarray,
+    targets: np.ndarray,
+    factories: list[str],
+    nprobe: int,
+    ef_search: int,
+) -> list[dict]:
     rows_by_type: dict[str, np.ndarray] = {}
     out = []
     for factory in factories:
@@ -89,20 +97,22 @@ def index_types(shards: list[Path], dim: int, n: int, query_vectors: np.ndarray,
         search_s = time.perf_counter() - started
         rows_by_type[factory] = rows
         flat_top1 = rows_by_type[factories[0]][:, 0]
-        out.append({
-            "factory": factory,
-            "effective_factory": used,
-            "build_seconds": round(build_s, 3),
-            "train_seconds": round(timings["train_seconds"], 3),
-            "add_seconds": round(timings["add_seconds"], 3),
-            "index_bytes": total_bytes,
-            "fixed_bytes": fixed_bytes,
-            "bytes_per_vector": round(total_bytes / n, 1),
-            "marginal_bytes_per_vector": round((total_bytes - fixed_bytes) / n, 1),
-            "one_recall_at_10_vs_flat": recall_of_target(rows, flat_top1, 10),
-            "r1_top1_recall": {f"@{k}": recall_of_target(rows, targets, k) for k in (1, 3, 5, 10)},
-            "batched_search_queries_per_s": round(len(query_vectors) / search_s, 1),
-        })
+        out.append(
+            {
+                "factory": factory,
+                "effective_factory": used,
+                "build_seconds": round(build_s, 3),
+                "train_seconds": round(timings["train_seconds"], 3),
+                "add_seconds": round(timings["add_seconds"], 3),
+                "index_bytes": total_bytes,
+                "fixed_bytes": fixed_bytes,
+                "bytes_per_vector": round(total_bytes / n, 1),
+                "marginal_bytes_per_vector": round((total_bytes - fixed_bytes) / n, 1),
+                "one_recall_at_10_vs_flat": recall_of_target(rows, flat_top1, 10),
+                "r1_top1_recall": {f"@{k}": recall_of_target(rows, targets, k) for k in (1, 3, 5, 10)},
+                "batched_search_queries_per_s": round(len(query_vectors) / search_s, 1),
+            }
+        )
     flat_marginal = out[0]["marginal_bytes_per_vector"]
     for row in out:
         row["memory_vs_flat"] = round(row["marginal_bytes_per_vector"] / flat_marginal, 4)
@@ -118,8 +128,9 @@ def projection(types: list[dict], dim: int, n: int, passages_per_s: float, train
     """
     scale_dim = FULL_KILT_DIM / dim
     full_nlist = 4096
-    here_nlist = next((int(t["effective_factory"].split(",")[0][3:]) for t in types
-                       if t["effective_factory"].startswith("IVF")), 1)
+    here_nlist = next(
+        (int(t["effective_factory"].split(",")[0][3:]) for t in types if t["effective_factory"].startswith("IVF")), 1
+    )
     ivf_train_here = next((t["train_seconds"] for t in types if "SQ" in t["factory"]), 0.0)
     ivf_points = min(train_size, 256 * full_nlist, FULL_KILT_PASSAGES) / min(n, 256 * here_nlist)
     ivf_train_full = ivf_train_here * ivf_points * (full_nlist / here_nlist) * scale_dim
@@ -139,17 +150,25 @@ def projection(types: list[dict], dim: int, n: int, passages_per_s: float, train
         add_s = row["add_seconds"] / n * FULL_KILT_PASSAGES * scale_dim
         if "HNSW" in factory:
             add_s *= np.log(FULL_KILT_PASSAGES) / np.log(n)
-        rows.append({"factory": row["factory"], "bytes_per_vector": round(per_vec, 1),
-                     "memory_gib": round(per_vec * FULL_KILT_PASSAGES / 2**30, 1),
-                     "train_hours": round(train_s / 3600, 2), "add_hours": round(add_s / 3600, 2)})
+        rows.append(
+            {
+                "factory": row["factory"],
+                "bytes_per_vector": round(per_vec, 1),
+                "memory_gib": round(per_vec * FULL_KILT_PASSAGES / 2**30, 1),
+                "train_hours": round(train_s / 3600, 2),
+                "add_hours": round(add_s / 3600, 2),
+            }
+        )
     minilm_s = FULL_KILT_PASSAGES / passages_per_s
     return {
-        "passages": FULL_KILT_PASSAGES, "dimension": FULL_KILT_DIM, "model": "BAAI/bge-large-en-v1.5",
+        "passages": FULL_KILT_PASSAGES,
+        "dimension": FULL_KILT_DIM,
+        "model": "BAAI/bge-large-en-v1.5",
         "index_types": rows,
         "encode_hours_minilm_this_cpu": round(minilm_s / 3600, 1),
         "encode_hours_bge_large_this_cpu": round(minilm_s * BGE_LARGE_COST_RATIO / 3600, 1),
         "note": "rates measured on this machine's CPU, scaled by dimension, sample size and parameter count; "
-                "GPU encoding and faiss-gpu training are far faster, so measure those there before planning.",
+        "GPU encoding and faiss-gpu training are far faster, so measure those there before planning.",
     }
 
 
@@ -168,13 +187,31 @@ async def load(url: str, queries: list[str], concurrency: int, seconds: float) -
     return result.rps
 
 
-def server_throughput(index_dir: Path, queries: list[str], levels: list[int], batching: bool, seconds: float,
-                      max_batch: int, threads: int | None = None) -> dict[str, float]:
+def server_throughput(
+    index_dir: Path,
+    queries: list[str],
+    levels: list[int],
+    batching: bool,
+    seconds: float,
+    max_batch: int,
+    threads: int | None = None,
+) -> dict[str, float]:
     import httpx
 
     port = free_port()
-    cmd = [sys.executable, "-m", "search_backend.serve", "--index", str(index_dir), "--port", str(port),
-           "--cache-size", "0", "--max-batch", str(max_batch)] + ([] if batching else ["--no-batching"])
+    cmd = [
+        sys.executable,
+        "-m",
+        "search_backend.serve",
+        "--index",
+        str(index_dir),
+        "--port",
+        str(port),
+        "--cache-size",
+        "0",
+        "--max-batch",
+        str(max_batch),
+    ] + ([] if batching else ["--no-batching"])
     cmd += ["--threads", str(threads)] if threads else []
     log_path = index_dir.parent / f"serve-{'on' if batching else 'off'}.log"
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log_path.open("w"))
@@ -204,8 +241,12 @@ def server_throughput(index_dir: Path, queries: list[str], levels: list[int], ba
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kiltmini", type=Path, required=True, help="directory with passages.jsonl and queries.jsonl")
-    p.add_argument("--work-dir", type=Path, default=Path("/tmp/searchrl-bench"),
-                   help="index and embedding cache (reused between runs)")
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path("/tmp/searchrl-bench"),
+        help="index and embedding cache (reused between runs)",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "retrieval.json")
     p.add_argument("--factory", action="append", help=f"index type (repeatable; default {FACTORIES})")
     p.add_argument("--nprobe", type=int, default=64)
@@ -213,8 +254,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", default="1,8,64,256")
     p.add_argument("--seconds", type=float, default=8.0, help="load duration per concurrency level")
     p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument("--server-threads", type=int, default=1,
-                   help="serve --threads: torch/FAISS threads in the server (1 leaves a core for HTTP on 2 cores)")
+    p.add_argument(
+        "--server-threads",
+        type=int,
+        default=1,
+        help="serve --threads: torch/FAISS threads in the server (1 leaves a core for HTTP on 2 cores)",
+    )
     p.add_argument("--skip-server", action="store_true")
     return p
 
@@ -233,14 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     query_vectors = backend.encoder.encode_queries(texts)
     shards = sorted((index_dir / EMBED_DIR).glob("shard_*.npy"))
 
-    result: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                "faiss": faiss.__version__},
-                    "model": manifest["model"], "passages": n, "queries": len(queries), "dimension": dim,
-                    "search_params": {"nprobe": args.nprobe, "efSearch": args.ef_search}}
+    result: dict = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "faiss": faiss.__version__},
+        "model": manifest["model"],
+        "passages": n,
+        "queries": len(queries),
+        "dimension": dim,
+        "search_params": {"nprobe": args.nprobe, "efSearch": args.ef_search},
+    }
     result["encode_passages_per_s"] = round(encode_rate(backend), 1)
     print(f"encode: {result['encode_passages_per_s']} passages/s", flush=True)
-    result["index_types"] = index_types(shards, dim, n, query_vectors, targets, factories, args.nprobe,
-                                        args.ef_search)
+    result["index_types"] = index_types(shards, dim, n, query_vectors, targets, factories, args.nprobe, args.ef_search)
     for row in result["index_types"]:
         print(json.dumps(row), flush=True)
     result["projection_full_kilt"] = projection(result["index_types"], dim, n, result["encode_passages_per_s"])
@@ -258,14 +306,19 @@ def main(argv: list[str] | None = None) -> int:
         del backend
         on = server_throughput(index_dir, texts, levels, True, args.seconds, args.max_batch, args.server_threads)
         off = server_throughput(index_dir, texts, levels, False, args.seconds, args.max_batch, args.server_threads)
-        result["server"] = {"in_process_limit_queries_per_s": round(limit, 1), "batch_size": args.max_batch,
-                            "in_process_threads": default_threads,
-                            "in_process_limit_at_server_threads_queries_per_s": round(limit_same_threads, 1),
-                            "server_threads": args.server_threads,
-                            "batching_on_requests_per_s": on, "batching_off_requests_per_s": off,
-                            "ratio_to_limit_at_64": round(on.get("64", 0.0) / limit, 3) if "64" in on else None,
-                            "ratio_to_limit_at_server_threads_at_64":
-                                round(on.get("64", 0.0) / limit_same_threads, 3) if "64" in on else None}
+        result["server"] = {
+            "in_process_limit_queries_per_s": round(limit, 1),
+            "batch_size": args.max_batch,
+            "in_process_threads": default_threads,
+            "in_process_limit_at_server_threads_queries_per_s": round(limit_same_threads, 1),
+            "server_threads": args.server_threads,
+            "batching_on_requests_per_s": on,
+            "batching_off_requests_per_s": off,
+            "ratio_to_limit_at_64": round(on.get("64", 0.0) / limit, 3) if "64" in on else None,
+            "ratio_to_limit_at_server_threads_at_64": round(on.get("64", 0.0) / limit_same_threads, 3)
+            if "64" in on
+            else None,
+        }
         print(json.dumps(result["server"]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -167,9 +167,7 @@ def start_loopback(pool: RouterConfig, qa: list[dict[str, Any]], workdir: Path) 
     file.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in qa), encoding="utf-8")
     port = free_port()
     skills = [arg for model, p in skills_by_price(pool).items() for arg in ("--skill", f"{model}={p}")]
-    proc = start_module(
-        "rollout.loopback_pool", ["--qa", str(file), *skills], port, workdir / "loopback_pool.log"
-    )
+    proc = start_module("rollout.loopback_pool", ["--qa", str(file), *skills], port, workdir / "loopback_pool.log")
     return proc, f"http://127.0.0.1:{port}/v1"
 
 

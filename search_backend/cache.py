@@ -36,5 +36,10 @@ class ResultCache:
 
     def stats(self) -> dict[str, float | int]:
         lookups = self.hits + self.misses
-        return {"entries": len(self._entries), "max_entries": self.max_entries, "hits": self.hits,
-                "misses": self.misses, "hit_rate": self.hits / lookups if lookups else 0.0}
+        return {
+            "entries": len(self._entries),
+            "max_entries": self.max_entries,
+            "hits": self.hits,
+            "misses": self.misses,
+            "hit_rate": self.hits / lookups if lookups else 0.0,
+        }

@@ -60,7 +60,7 @@ def clean_kilt_paragraph(paragraph: str) -> str:
 def split_words(text: str, words: int = WORDS_PER_PASSAGE) -> Iterator[str]:
     tokens = text.split()
     for start in range(0, len(tokens), words):
-        yield " ".join(tokens[start:start + words])
+        yield " ".join(tokens[start : start + words])
 
 
 def kilt_passages(page: dict, words: int = WORDS_PER_PASSAGE) -> Iterator[tuple[str, str]]:
@@ -89,8 +89,11 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
             yield line_no, line.rstrip("\r\n")
 
 
-def parse_kilt(lines: Iterator[tuple[int, str]], report: CorpusReport, words: int = WORDS_PER_PASSAGE,
-               ) -> Iterator[Record]:
+def parse_kilt(
+    lines: Iterator[tuple[int, str]],
+    report: CorpusReport,
+    words: int = WORDS_PER_PASSAGE,
+) -> Iterator[Record]:
     ordinal = 0
     for line_no, line in lines:
         if not line.strip():

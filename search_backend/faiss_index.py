@@ -26,7 +26,7 @@ def effective_factory(factory: str, n_vectors: int) -> str:
     if not match:
         return factory
     nlist = max(1, min(int(match.group(1)), n_vectors // MIN_POINTS_PER_CENTROID))
-    return factory[:match.start()] + f"IVF{nlist}" + factory[match.end():]
+    return factory[: match.start()] + f"IVF{nlist}" + factory[match.end() :]
 
 
 def gpu_count() -> int:
@@ -52,8 +52,14 @@ def training_sample(shards: Sequence[Path], train_size: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts))
 
 
-def build_index(shards: Sequence[Path], dimension: int, factory: str, device: str = "cpu",
-                train_size: int = 1_000_000, timings: dict[str, float] | None = None) -> faiss.Index:
+def build_index(
+    shards: Sequence[Path],
+    dimension: int,
+    factory: str,
+    device: str = "cpu",
+    train_size: int = 1_000_000,
+    timings: dict[str, float] | None = None,
+) -> faiss.Index:
     """An inner-product index over the shards (in order, so row i of the corpus is FAISS id i).
 
     `timings`, when given, receives train_seconds and add_seconds.

@@ -31,9 +31,11 @@ PROFILES: dict[str, ModelProfile] = {
         normalize=True,
     ),
     "e5": ModelProfile(
-        name="e5", query_instruction="query: ", passage_instruction="passage: ", pooling="mean", normalize=True),
+        name="e5", query_instruction="query: ", passage_instruction="passage: ", pooling="mean", normalize=True
+    ),
     "minilm": ModelProfile(
-        name="minilm", query_instruction="", passage_instruction="", pooling="mean", normalize=True),
+        name="minilm", query_instruction="", passage_instruction="", pooling="mean", normalize=True
+    ),
 }
 
 

@@ -42,7 +42,8 @@ class ServerConfig(BaseModel):
 
     index_dir: Path | None = None
     backend: Literal["local", "bm25", "hybrid"] = Field(
-        default="local", description="over index_dir: dense (the manifest's index type), BM25, or both fused")
+        default="local", description="over index_dir: dense (the manifest's index type), BM25, or both fused"
+    )
     rerank_depth: int = Field(default=DEFAULT_RERANK_DEPTH, ge=1)
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
     model: str | None = None
@@ -117,8 +118,7 @@ class SearchService:
         if not queries:
             raise RequestError(queries_field, "must hold at least one query")
         if len(queries) > self.config.max_queries:
-            raise RequestError(queries_field, f"{len(queries)} queries is over the limit of "
-                                                f"{self.config.max_queries}")
+            raise RequestError(queries_field, f"{len(queries)} queries is over the limit of {self.config.max_queries}")
         for i, query in enumerate(queries):
             if not query.strip():
                 raise RequestError(f"{queries_field}.{i}", "empty query")
@@ -203,9 +203,16 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
 
             if config.index_dir is None:
                 raise ValueError("index_dir: required when no backend is given")
-            search = SearchConfig(backend=config.backend, index_dir=config.index_dir, model=config.model,
-                                  device=config.device, nprobe=config.nprobe, ef_search=config.ef_search,
-                                  rerank_depth=config.rerank_depth, hybrid=config.hybrid)
+            search = SearchConfig(
+                backend=config.backend,
+                index_dir=config.index_dir,
+                model=config.model,
+                device=config.device,
+                nprobe=config.nprobe,
+                ef_search=config.ef_search,
+                rerank_depth=config.rerank_depth,
+                hybrid=config.hybrid,
+            )
             active = await asyncio.to_thread(open_backend, search)
         service = SearchService(active, config)
         if service.batcher:
@@ -277,15 +284,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--index", required=True, help="index directory made by search_backend.build_index")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     p.add_argument("--port", type=int, default=8002)
-    p.add_argument("--backend", default="local", choices=("local", "bm25", "hybrid"),
-                   help="local: dense search with the index's type; bm25: lexical (needs build_index --bm25); "
-                        "hybrid: both, fused by reciprocal rank")
+    p.add_argument(
+        "--backend",
+        default="local",
+        choices=("local", "bm25", "hybrid"),
+        help="local: dense search with the index's type; bm25: lexical (needs build_index --bm25); "
+        "hybrid: both, fused by reciprocal rank",
+    )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--nprobe", type=int, default=64, help="IVF lists probed per query")
-    p.add_argument("--rerank-depth", type=int, default=DEFAULT_RERANK_DEPTH,
-                   help="compact index type: candidates re-scored exactly per query")
-    p.add_argument("--hybrid-weights", default=(1.0, 1.0), type=_weights,
-                   help="hybrid: dense,bm25 weights of the rank fusion (default 1,1)")
+    p.add_argument(
+        "--rerank-depth",
+        type=int,
+        default=DEFAULT_RERANK_DEPTH,
+        help="compact index type: candidates re-scored exactly per query",
+    )
+    p.add_argument(
+        "--hybrid-weights",
+        default=(1.0, 1.0),
+        type=_weights,
+        help="hybrid: dense,bm25 weights of the rank fusion (default 1,1)",
+    )
     p.add_argument("--rrf-k", type=float, default=60.0, help="hybrid: reciprocal-rank offset")
     p.add_argument("--ef-search", type=int, default=128, help="HNSW search breadth")
     p.add_argument("--no-batching", action="store_true", help="run each request on its own")
@@ -314,18 +333,34 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     dense_weight, bm25_weight = args.hybrid_weights
-    config = ServerConfig(index_dir=args.index, backend=args.backend, rerank_depth=args.rerank_depth,
-                          hybrid=HybridConfig(dense_weight=dense_weight, bm25_weight=bm25_weight, rrf_k=args.rrf_k),
-                          device=args.device, nprobe=args.nprobe, ef_search=args.ef_search,
-                          batching=not args.no_batching, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                          cache_size=args.cache_size, max_top_k=args.max_top_k, max_queries=args.max_queries,
-                          max_body_bytes=args.max_body_bytes, threads=args.threads,
-                          max_query_chars=args.max_query_chars, max_results=args.max_results,
-                          max_batch_chars=args.max_batch_chars,
-                          limits=Limits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
-                                        max_concurrency=args.max_concurrency))
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level,
-                **uvicorn_options(config.limits))
+    config = ServerConfig(
+        index_dir=args.index,
+        backend=args.backend,
+        rerank_depth=args.rerank_depth,
+        hybrid=HybridConfig(dense_weight=dense_weight, bm25_weight=bm25_weight, rrf_k=args.rrf_k),
+        device=args.device,
+        nprobe=args.nprobe,
+        ef_search=args.ef_search,
+        batching=not args.no_batching,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        cache_size=args.cache_size,
+        max_top_k=args.max_top_k,
+        max_queries=args.max_queries,
+        max_body_bytes=args.max_body_bytes,
+        threads=args.threads,
+        max_query_chars=args.max_query_chars,
+        max_results=args.max_results,
+        max_batch_chars=args.max_batch_chars,
+        limits=Limits(
+            header_timeout_s=args.header_timeout,
+            body_timeout_s=args.body_timeout,
+            max_concurrency=args.max_concurrency,
+        ),
+    )
+    uvicorn.run(
+        create_app(config), host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(config.limits)
+    )
     return 0
 
 

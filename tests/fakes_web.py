@@ -28,16 +28,36 @@ class Doc:
 
 
 CANNED = [
-    Doc("Alan Turing", "https://en.wikipedia.org/wiki/Alan_Turing",
-        "Alan Turing was an English mathematician and computer scientist.", 0.91),
-    Doc("Turing machine", "https://en.wikipedia.org/wiki/Turing_machine",
-        "A Turing machine is a mathematical model of computation.", 0.85),
-    Doc("Enigma machine", "https://en.wikipedia.org/wiki/Enigma_machine",
-        "The Enigma machine is a cipher device used in the early- to mid-20th century.", 0.62),
-    Doc("Turing biography", "https://www.britannica.com/biography/Alan-Turing",
-        "British mathematician and logician who made major contributions to computing.", 0.55),
-    Doc("Bletchley Park", "https://en.wikipedia.org/wiki/Bletchley_Park",
-        "Bletchley Park was the principal centre of Allied code-breaking.", 0.40),
+    Doc(
+        "Alan Turing",
+        "https://en.wikipedia.org/wiki/Alan_Turing",
+        "Alan Turing was an English mathematician and computer scientist.",
+        0.91,
+    ),
+    Doc(
+        "Turing machine",
+        "https://en.wikipedia.org/wiki/Turing_machine",
+        "A Turing machine is a mathematical model of computation.",
+        0.85,
+    ),
+    Doc(
+        "Enigma machine",
+        "https://en.wikipedia.org/wiki/Enigma_machine",
+        "The Enigma machine is a cipher device used in the early- to mid-20th century.",
+        0.62,
+    ),
+    Doc(
+        "Turing biography",
+        "https://www.britannica.com/biography/Alan-Turing",
+        "British mathematician and logician who made major contributions to computing.",
+        0.55,
+    ),
+    Doc(
+        "Bletchley Park",
+        "https://en.wikipedia.org/wiki/Bletchley_Park",
+        "Bletchley Park was the principal centre of Allied code-breaking.",
+        0.40,
+    ),
 ]
 
 
@@ -66,8 +86,9 @@ class FakeControl:
         return self.script.pop(0) if self.script else self.mode
 
 
-async def _gate(control: FakeControl, request: Request, key_ok: Callable[[Request, Any], bool]) -> tuple[
-        Response | None, Any]:
+async def _gate(
+    control: FakeControl, request: Request, key_ok: Callable[[Request, Any], bool]
+) -> tuple[Response | None, Any]:
     body: Any = None
     if request.method == "POST":
         try:
@@ -76,8 +97,9 @@ async def _gate(control: FakeControl, request: Request, key_ok: Callable[[Reques
             return JSONResponse(status_code=400, content={"error": "body is not JSON"}), None
     control.calls += 1
     control.call_times.append(time.monotonic())
-    control.requests.append(Recorded(request.method, request.url.path, dict(request.headers),
-                                     dict(request.query_params), body))
+    control.requests.append(
+        Recorded(request.method, request.url.path, dict(request.headers), dict(request.query_params), body)
+    )
     mode = control.next_mode()
     if mode == "401" or (control.api_key is not None and not key_ok(request, body)):
         return JSONResponse(status_code=401, content={"message": "Unauthorized."}), body
@@ -115,10 +137,16 @@ def serper_app(control: FakeControl) -> FastAPI:
             return refusal
         num = int(body.get("num", 10))
         _, docs = _domain_filter(control.docs, body["q"], None)
-        organic = [{"title": d.title, "link": d.url, "snippet": d.text, "position": i + 1}
-                   for i, d in enumerate(docs[:num])]
-        return JSONResponse({"searchParameters": {"q": body["q"], "type": "search", "num": num, "engine": "google"},
-                             "organic": organic, "credits": 1})
+        organic = [
+            {"title": d.title, "link": d.url, "snippet": d.text, "position": i + 1} for i, d in enumerate(docs[:num])
+        ]
+        return JSONResponse(
+            {
+                "searchParameters": {"q": body["q"], "type": "search", "num": num, "engine": "google"},
+                "organic": organic,
+                "credits": 1,
+            }
+        )
 
     return app
 
@@ -128,15 +156,23 @@ def brave_app(control: FakeControl) -> FastAPI:
 
     @app.get("/res/v1/web/search")
     async def search(request: Request) -> Response:
-        refusal, _ = await _gate(control, request,
-                                 lambda r, b: r.headers.get("x-subscription-token") == control.api_key)
+        refusal, _ = await _gate(
+            control, request, lambda r, b: r.headers.get("x-subscription-token") == control.api_key
+        )
         if refusal:
             return refusal
         q = request.query_params["q"]
         count = int(request.query_params.get("count", 20))
         _, docs = _domain_filter(control.docs, q, None)
-        results = [{"type": "search_result", "title": d.title, "url": d.url,
-                    "description": d.text.replace("Turing", "<strong>Turing</strong>")} for d in docs[:count]]
+        results = [
+            {
+                "type": "search_result",
+                "title": d.title,
+                "url": d.url,
+                "description": d.text.replace("Turing", "<strong>Turing</strong>"),
+            }
+            for d in docs[:count]
+        ]
         answer: dict[str, Any] = {"type": "search", "query": {"original": q}}
         if results:
             answer["web"] = {"type": "search", "results": results}
@@ -149,8 +185,9 @@ def tavily_app(control: FakeControl) -> FastAPI:
     app = FastAPI()
 
     def key_ok(request: Request, body: Any) -> bool:
-        return (request.headers.get("authorization") == f"Bearer {control.api_key}"
-                or (isinstance(body, dict) and body.get("api_key") == control.api_key))
+        return request.headers.get("authorization") == f"Bearer {control.api_key}" or (
+            isinstance(body, dict) and body.get("api_key") == control.api_key
+        )
 
     @app.post("/search")
     async def search(request: Request) -> Response:
@@ -159,11 +196,19 @@ def tavily_app(control: FakeControl) -> FastAPI:
             return refusal
         _, docs = _domain_filter(control.docs, body["query"], body.get("include_domains"))
         raw = bool(body.get("include_raw_content"))
-        results = [{"title": d.title, "url": d.url, "content": d.text, "score": d.score,
-                    "raw_content": d.raw_content if raw else None}
-                   for d in docs[: int(body.get("max_results", 5))]]
-        return JSONResponse({"query": body["query"], "answer": None, "images": [], "results": results,
-                             "response_time": 0.01})
+        results = [
+            {
+                "title": d.title,
+                "url": d.url,
+                "content": d.text,
+                "score": d.score,
+                "raw_content": d.raw_content if raw else None,
+            }
+            for d in docs[: int(body.get("max_results", 5))]
+        ]
+        return JSONResponse(
+            {"query": body["query"], "answer": None, "images": [], "results": results, "response_time": 0.01}
+        )
 
     return app
 
@@ -181,10 +226,28 @@ def searxng_app(control: FakeControl) -> FastAPI:
             return PlainTextResponse("Forbidden", status_code=403)
         q = request.query_params["q"]
         _, docs = _domain_filter(control.docs, q, None)
-        results = [{"title": d.title, "url": d.url, "content": d.text, "score": d.score * 3, "engine": "fake",
-                    "engines": ["fake"], "category": "general"} for d in docs]
-        return JSONResponse({"query": q, "number_of_results": len(results), "results": results, "answers": [],
-                             "suggestions": [], "unresponsive_engines": []})
+        results = [
+            {
+                "title": d.title,
+                "url": d.url,
+                "content": d.text,
+                "score": d.score * 3,
+                "engine": "fake",
+                "engines": ["fake"],
+                "category": "general",
+            }
+            for d in docs
+        ]
+        return JSONResponse(
+            {
+                "query": q,
+                "number_of_results": len(results),
+                "results": results,
+                "answers": [],
+                "suggestions": [],
+                "unresponsive_engines": [],
+            }
+        )
 
     return app
 
@@ -199,16 +262,29 @@ def exa_app(control: FakeControl) -> FastAPI:
             return refusal
         _, docs = _domain_filter(control.docs, body["query"], body.get("includeDomains"))
         want_text = bool((body.get("contents") or {}).get("text"))
-        results = [{"id": d.url, "url": d.url, "title": d.title, "score": d.score, "publishedDate": None,
-                    "author": None, **({"text": d.text} if want_text else {})}
-                   for d in docs[: int(body.get("numResults", 10))]]
+        results = [
+            {
+                "id": d.url,
+                "url": d.url,
+                "title": d.title,
+                "score": d.score,
+                "publishedDate": None,
+                "author": None,
+                **({"text": d.text} if want_text else {}),
+            }
+            for d in docs[: int(body.get("numResults", 10))]
+        ]
         return JSONResponse({"requestId": "fake-request", "resolvedSearchType": "neural", "results": results})
 
     return app
 
 
 PROVIDER_APPS: dict[str, Callable[[FakeControl], FastAPI]] = {
-    "serper": serper_app, "brave": brave_app, "tavily": tavily_app, "searxng": searxng_app, "exa": exa_app,
+    "serper": serper_app,
+    "brave": brave_app,
+    "tavily": tavily_app,
+    "searxng": searxng_app,
+    "exa": exa_app,
 }
 
 
@@ -227,19 +303,27 @@ def chat_app(control: FakeControl, answer: str | Callable[[list[dict[str, str]]]
 
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> Response:
-        refusal, body = await _gate(control, request,
-                                    lambda r, b: r.headers.get("authorization") == f"Bearer {control.api_key}")
+        refusal, body = await _gate(
+            control, request, lambda r, b: r.headers.get("authorization") == f"Bearer {control.api_key}"
+        )
         if refusal:
             return refusal
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list) or not messages or "model" not in body:
             return JSONResponse(status_code=400, content={"error": {"message": "model and messages are required"}})
         content = answer(messages) if callable(answer) else answer
-        return JSONResponse({"id": f"chatcmpl-{control.calls}", "object": "chat.completion",
-                             "created": int(time.time()), "model": body["model"],
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                          "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{control.calls}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+            }
+        )
 
     return app
 
@@ -266,8 +350,9 @@ def pages_app(redirect_to: dict[str, str] | None = None) -> FastAPI:
 
     @app.get("/irrelevant")
     async def irrelevant() -> Response:
-        return Response("<html><body><main><p>NOTHING-RELEVANT cookie banner</p></main></body></html>",
-                        media_type="text/html")
+        return Response(
+            "<html><body><main><p>NOTHING-RELEVANT cookie banner</p></main></body></html>", media_type="text/html"
+        )
 
     @app.get("/plain")
     async def plain() -> Response:
@@ -279,6 +364,7 @@ def pages_app(redirect_to: dict[str, str] | None = None) -> FastAPI:
         async def chunks() -> AsyncIterator[bytes]:
             for _ in range(400):
                 yield b"<p>" + b"x" * 16_000 + b"</p>"
+
         return StreamingResponse(chunks(), media_type="text/html")
 
     @app.get("/binary")
@@ -309,8 +395,13 @@ def web_backend(provider: str, url: str, **options: Any) -> Any:
     """A WebSearchBackend on a loopback fake: no rate limit, fast backoff, unless `options` say otherwise."""
     from search_backend.web import PROVIDERS, WebSearchBackend
 
-    settings: dict[str, Any] = {"rate_limit_per_s": None, "backoff_s": 0.01, "backoff_max_s": 0.05, "retries": 2,
-                                "timeout_s": 5.0}
+    settings: dict[str, Any] = {
+        "rate_limit_per_s": None,
+        "backoff_s": 0.01,
+        "backoff_max_s": 0.05,
+        "retries": 2,
+        "timeout_s": 5.0,
+    }
     settings.update(options)
     key = settings.pop("api_key", "test-key")
     return WebSearchBackend(PROVIDERS[provider](key, url), **settings)

@@ -110,8 +110,10 @@ def test_multi_query_block_is_one_batch_and_one_documents_block():
     backend = Backend()
     env = SearchEnvironment(backend, EpisodeConfig(top_k=1, max_queries_per_block=3))
     eps = [Episode(prompt="P", label="x"), Episode(prompt="Q", label="x")]
-    actions = ["<|begin_of_query|> capital of France || Eiffel tower ||  || a || b <|end_of_query|>",
-               "<|begin_of_query|> single <|end_of_query|>"]
+    actions = [
+        "<|begin_of_query|> capital of France || Eiffel tower ||  || a || b <|end_of_query|>",
+        "<|begin_of_query|> single <|end_of_query|>",
+    ]
     out = asyncio.run(env.step_batch(eps, actions))
     assert backend.calls == [["capital of France", "Eiffel tower", "a", "single"]]  # limit 3, empties dropped
     assert out[0].feedback == (

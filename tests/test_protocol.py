@@ -60,8 +60,23 @@ def test_split_solution_rejects_missing_prompt():
         split_solution("something else", "User:Q?")
 
 
-PIECES = ["<|begin_of_documents|>", "\n", "(1)", "<|end_of_documents|>", "<|begin_of_query|>", "<|end_of_query|>",
-          "<think>", "</think>", "<answer>", "</answer>", "x y", "\n\n", "<|begin_of", "_documents|>", "Assistant"]
+PIECES = [
+    "<|begin_of_documents|>",
+    "\n",
+    "(1)",
+    "<|end_of_documents|>",
+    "<|begin_of_query|>",
+    "<|end_of_query|>",
+    "<think>",
+    "</think>",
+    "<answer>",
+    "</answer>",
+    "x y",
+    "\n\n",
+    "<|begin_of",
+    "_documents|>",
+    "Assistant",
+]
 
 
 def test_single_scan_counts_equal_str_count():
@@ -77,6 +92,7 @@ def test_single_scan_counts_equal_str_count():
         p = parse_solution(text)
         assert p.tag_counts == {name: text.count(form) for name, form in TAG_FORMS.items()}
         assert (p.think_opens, p.think_closes, p.answer_opens, p.answer_closes) == tuple(
-            text.count(t) for t in ("<think>", "</think>", "<answer>", "</answer>"))
+            text.count(t) for t in ("<think>", "</think>", "<answer>", "</answer>")
+        )
 
     check()

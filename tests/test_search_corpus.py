@@ -12,8 +12,10 @@ def kilt_line(title: str, paragraphs: list[str]) -> str:
 
 
 def test_kilt_markers_dropped_text_kept_title_repeated():
-    page = kilt_line("Ada Lovelace", ["Ada Lovelace\n", "Ada was a mathematician.\n", "Section::::Early life.\n",
-                                      "BULLET::::- Born in London.\n"])
+    page = kilt_line(
+        "Ada Lovelace",
+        ["Ada Lovelace\n", "Ada was a mathematician.\n", "Section::::Early life.\n", "BULLET::::- Born in London.\n"],
+    )
     records = list(read_text(page, "kilt"))
     assert len(records) == 1
     assert records[0].title == "Ada Lovelace"
@@ -23,8 +25,9 @@ def test_kilt_markers_dropped_text_kept_title_repeated():
 
 def test_kilt_cut_into_100_word_passages_with_title_and_sequential_ids():
     words = [f"w{i}" for i in range(250)]
-    text = "\n".join([kilt_line("T1", ["T1", " ".join(words[:120]), " ".join(words[120:])]),
-                      kilt_line("T2", ["T2", "short page"])])
+    text = "\n".join(
+        [kilt_line("T1", ["T1", " ".join(words[:120]), " ".join(words[120:])]), kilt_line("T2", ["T2", "short page"])]
+    )
     records = list(read_text(text, "kilt"))
     assert [len(r.text.split()) for r in records] == [100, 100, 50, 2]
     assert [r.title for r in records] == ["T1", "T1", "T1", "T2"]

@@ -46,8 +46,10 @@ def flaky_app(failures: int) -> tuple[FastAPI, list[int]]:
 def test_round_robin_over_servers():
     a, b = NamedBackend("a"), NamedBackend("b")
     config = ServerConfig(batching=False, cache_size=0, token="")
-    with (running_server(create_app(config, backend=a)) as url_a,
-          running_server(create_app(config, backend=b)) as url_b):
+    with (
+        running_server(create_app(config, backend=a)) as url_a,
+        running_server(create_app(config, backend=b)) as url_b,
+    ):
 
         async def go() -> list[list[list[Passage]]]:
             async with HttpSearchBackend(f"{url_a},{url_b}", retries=0) as client:

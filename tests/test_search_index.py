@@ -62,8 +62,21 @@ def test_async_search_matches_sync_and_config_selects_local():
 def test_killed_build_resumes_to_an_identical_index(tmp_path):
     reference = fixture_index()
     out = tmp_path / "index"
-    cmd = [sys.executable, "-m", "search_backend.build_index", "--corpus", str(PASSAGES), "--format", "jsonl",
-           "--out", str(out), "--shard-size", str(SHARD_SIZE), "--batch-size", "32"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "search_backend.build_index",
+        "--corpus",
+        str(PASSAGES),
+        "--format",
+        "jsonl",
+        "--out",
+        str(out),
+        "--shard-size",
+        str(SHARD_SIZE),
+        "--batch-size",
+        "32",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first_shard = out / "embeddings" / "shard_00000.npy"
     deadline = time.monotonic() + 120
@@ -133,8 +146,13 @@ def test_missing_manifest_means_unfinished(index_copy):
 
 @pytest.mark.parametrize("module", ["build_index", "search", "serve"])
 def test_cli_help(module):
-    done = subprocess.run([sys.executable, "-m", f"search_backend.{module}", "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", f"search_backend.{module}", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0
     assert "usage:" in done.stdout
     assert ("--corpus" if module == "build_index" else "--index") in done.stdout
@@ -144,9 +162,24 @@ def test_search_cli_prints_one_json_line_per_query(tmp_path):
     queries = fixture_queries()[:3]
     path = tmp_path / "queries.txt"
     path.write_text("\n".join(q["query"] for q in queries) + "\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "search_backend.search", "--index", str(fixture_index()),
-                           "--queries", str(path), "--top-k", "5", "--json"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "search_backend.search",
+            "--index",
+            str(fixture_index()),
+            "--queries",
+            str(path),
+            "--top-k",
+            "5",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [line["query"] for line in lines] == [q["query"] for q in queries]

@@ -63,17 +63,20 @@ def server_url():
         yield url
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"queries": [], "top_k": 3}, "queries"),
-    ({"queries": ["ok", 5], "top_k": 3}, "queries.1"),
-    ({"queries": ["ok", "  "], "top_k": 3}, "queries.1"),
-    ({"queries": "not a list", "top_k": 3}, "queries"),
-    ({"queries": ["ok"], "top_k": 0}, "top_k"),
-    ({"queries": ["ok"], "top_k": 51}, "top_k"),
-    ({"queries": ["ok"], "top_k": "3"}, "top_k"),
-    ({"top_k": 3}, "queries"),
-    ({"queries": ["ok"], "top_k": 3, "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"queries": [], "top_k": 3}, "queries"),
+        ({"queries": ["ok", 5], "top_k": 3}, "queries.1"),
+        ({"queries": ["ok", "  "], "top_k": 3}, "queries.1"),
+        ({"queries": "not a list", "top_k": 3}, "queries"),
+        ({"queries": ["ok"], "top_k": 0}, "top_k"),
+        ({"queries": ["ok"], "top_k": 51}, "top_k"),
+        ({"queries": ["ok"], "top_k": "3"}, "top_k"),
+        ({"top_k": 3}, "queries"),
+        ({"queries": ["ok"], "top_k": 3, "extra": 1}, "extra"),
+    ],
+)
 def test_bad_input_gets_422_naming_the_field(server_url, body, field):
     response = httpx.post(f"{server_url}/search", json=body)
     assert response.status_code == 422

@@ -4,8 +4,21 @@ import re
 
 from tests.conftest import ROOT
 
-SOURCES = [p for d in ("search_backend", "reward_server", "rollout", "eval", "stage1_format", "stage2_answer",
-                       "stage_router_r1", "launch", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+SOURCES = [
+    p
+    for d in (
+        "search_backend",
+        "reward_server",
+        "rollout",
+        "eval",
+        "stage1_format",
+        "stage2_answer",
+        "stage_router_r1",
+        "launch",
+        "benchmarks",
+    )
+    for p in (ROOT / d).rglob("*.py")
+]
 
 
 def test_no_pickle_anywhere():

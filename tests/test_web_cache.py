@@ -116,8 +116,10 @@ def test_concurrent_backends_on_one_file(tmp_path: Path) -> None:
     control = FakeControl()
 
     async def main(url: str) -> None:
-        async with web_backend("serper", url, cache=WebCache(db)) as a, \
-                web_backend("serper", url, cache=WebCache(db)) as b:
+        async with (
+            web_backend("serper", url, cache=WebCache(db)) as a,
+            web_backend("serper", url, cache=WebCache(db)) as b,
+        ):
             await asyncio.gather(a.search([f"q{i}" for i in range(5)], 3), b.search([f"r{i}" for i in range(5)], 3))
 
     with serve(PROVIDER_APPS["serper"](control)) as url:

@@ -50,9 +50,21 @@ def test_extract_without_main_uses_the_body() -> None:
     assert "Alan Turing" in html_to_text(ARTICLE)[1]
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:9/", "http://localhost:9/", "http://10.1.2.3/", "http://[::1]/",
-                                 "http://169.254.169.254/latest/meta-data/", "http://0.0.0.0/", "http://192.168.0.1/",
-                                 "http://[::ffff:127.0.0.1]/", "http://100.64.0.1/", "http://224.0.0.1/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/",
+        "http://localhost:9/",
+        "http://10.1.2.3/",
+        "http://[::1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://0.0.0.0/",
+        "http://192.168.0.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://100.64.0.1/",
+        "http://224.0.0.1/",
+    ],
+)
 def test_default_policy_refuses_non_public_addresses_before_connecting(url: str) -> None:
     start = time.monotonic()
     error = refusal(url)
@@ -66,8 +78,9 @@ def test_loopback_server_is_refused_by_default() -> None:
     assert isinstance(error, FetchRefusedError) and "127.0.0.1" in str(error)
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/file.txt", "gopher://example.com/",
-                                 "javascript:alert(1)"])
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://example.com/file.txt", "gopher://example.com/", "javascript:alert(1)"]
+)
 def test_only_http_and_https(url: str) -> None:
     error = refusal(url)
     assert isinstance(error, FetchRefusedError) and error.reason in ("scheme not allowed", "invalid URL")

@@ -14,8 +14,13 @@ from tests.conftest import serve
 from tests.fakes_web import CANNED, PROVIDER_APPS, FakeControl, web_backend
 
 RANK_SCORES = [1.0, 0.5, 1 / 3]
-EXPECTED_SCORES = {"serper": RANK_SCORES, "brave": RANK_SCORES, "tavily": [d.score for d in CANNED[:3]],
-                   "searxng": [d.score * 3 for d in CANNED[:3]], "exa": [d.score for d in CANNED[:3]]}
+EXPECTED_SCORES = {
+    "serper": RANK_SCORES,
+    "brave": RANK_SCORES,
+    "tavily": [d.score for d in CANNED[:3]],
+    "searxng": [d.score * 3 for d in CANNED[:3]],
+    "exa": [d.score for d in CANNED[:3]],
+}
 
 
 def run_search(backend: WebSearchBackend, queries: list[str], top_k: int) -> list[list[Passage]]:
@@ -43,15 +48,31 @@ def test_results_map_to_passages_best_first(name: str) -> None:
 
 
 REQUEST_SHAPE = {
-    "serper": lambda r: r.method == "POST" and r.path == "/search" and r.headers["x-api-key"] == "test-key"
-    and r.json == {"q": "who was alan turing", "num": 3},
-    "brave": lambda r: r.method == "GET" and r.path == "/res/v1/web/search"
-    and r.headers["x-subscription-token"] == "test-key" and r.params == {"q": "who was alan turing", "count": "3"},
-    "tavily": lambda r: r.method == "POST" and r.headers["authorization"] == "Bearer test-key"
-    and r.json == {"query": "who was alan turing", "max_results": 3, "include_raw_content": False},
+    "serper": lambda r: (
+        r.method == "POST"
+        and r.path == "/search"
+        and r.headers["x-api-key"] == "test-key"
+        and r.json == {"q": "who was alan turing", "num": 3}
+    ),
+    "brave": lambda r: (
+        r.method == "GET"
+        and r.path == "/res/v1/web/search"
+        and r.headers["x-subscription-token"] == "test-key"
+        and r.params == {"q": "who was alan turing", "count": "3"}
+    ),
+    "tavily": lambda r: (
+        r.method == "POST"
+        and r.headers["authorization"] == "Bearer test-key"
+        and r.json == {"query": "who was alan turing", "max_results": 3, "include_raw_content": False}
+    ),
     "searxng": lambda r: r.method == "GET" and r.params == {"q": "who was alan turing", "format": "json"},
-    "exa": lambda r: r.method == "POST" and r.headers["x-api-key"] == "test-key"
-    and r.json["query"] == "who was alan turing" and r.json["numResults"] == 3 and r.json["contents"]["text"],
+    "exa": lambda r: (
+        r.method == "POST"
+        and r.headers["x-api-key"] == "test-key"
+        and r.json["query"] == "who was alan turing"
+        and r.json["numResults"] == 3
+        and r.json["contents"]["text"]
+    ),
 }
 
 

@@ -14,9 +14,11 @@ LOOPBACK_OK = FetchPolicy(allow_private=True, timeout_s=5)
 
 
 def page_docs(pages: str) -> list[Doc]:
-    return [Doc("Alan Turing", f"{pages}/article", "snippet one", 0.9),
-            Doc("Cookies", f"{pages}/irrelevant", "snippet two", 0.8),
-            Doc("Binary", f"{pages}/binary", "snippet three", 0.7)]
+    return [
+        Doc("Alan Turing", f"{pages}/article", "snippet one", 0.9),
+        Doc("Cookies", f"{pages}/irrelevant", "snippet two", 0.8),
+        Doc("Binary", f"{pages}/binary", "snippet three", 0.7),
+    ]
 
 
 def summarizer(url: str, **options: object) -> Summarizer:
@@ -29,9 +31,17 @@ def test_pages_are_fetched_and_summarised(tmp_path: Path) -> None:
     with serve(pages_app()) as pages, serve(chat_app(llm)) as chat:
         search = FakeControl(docs=page_docs(pages))
         with serve(PROVIDER_APPS["serper"](search)) as url:
+
             def backend() -> object:
-                return web_backend("serper", url, fetch_pages=True, fetch_policy=LOOPBACK_OK,
-                                   summarizer=summarizer(chat), cache=WebCache(db))
+                return web_backend(
+                    "serper",
+                    url,
+                    fetch_pages=True,
+                    fetch_policy=LOOPBACK_OK,
+                    summarizer=summarizer(chat),
+                    cache=WebCache(db),
+                )
+
             passages = run_search(backend(), ["who was alan turing"], 3)[0]
             replayed = run_search(backend(), ["who was alan turing"], 3)[0]
     assert passages[0].text.startswith("Summary: Alan Turing")
@@ -66,9 +76,12 @@ def test_failed_fetch_is_not_cached_but_a_refusal_is(tmp_path: Path) -> None:
     with serve(pages_app()) as pages:
         search = FakeControl(docs=[Doc("Gone", f"{pages}/missing", "snippet", 0.9)])
         with serve(PROVIDER_APPS["exa"](search)) as url:
+
             def backend(name: str) -> object:
-                return web_backend("exa", url, fetch_pages=True, fetch_policy=LOOPBACK_OK,
-                                   cache=WebCache(tmp_path / name))
+                return web_backend(
+                    "exa", url, fetch_pages=True, fetch_policy=LOOPBACK_OK, cache=WebCache(tmp_path / name)
+                )
+
             assert run_search(backend("a.sqlite"), ["q"], 3)[0][0].text == "snippet"
             assert len(WebCache(tmp_path / "a.sqlite")) == 0
             search.docs = [Doc("Bin", f"{pages}/binary", "snippet", 0.9)]
@@ -90,8 +103,14 @@ def test_summariser_failure_is_an_error_and_not_cached(tmp_path: Path) -> None:
     with serve(pages_app()) as pages, serve(chat_app(llm)) as chat:
         search = FakeControl(docs=page_docs(pages)[:1])
         with serve(PROVIDER_APPS["serper"](search)) as url:
-            backend = web_backend("serper", url, fetch_pages=True, fetch_policy=LOOPBACK_OK,
-                                  summarizer=summarizer(chat, retries=1), cache=WebCache(tmp_path / "c.sqlite"))
+            backend = web_backend(
+                "serper",
+                url,
+                fetch_pages=True,
+                fetch_policy=LOOPBACK_OK,
+                summarizer=summarizer(chat, retries=1),
+                cache=WebCache(tmp_path / "c.sqlite"),
+            )
             with pytest.raises(SummarizeError):
                 run_search(backend, ["q"], 3)
     assert llm.calls == 2 and len(WebCache(tmp_path / "c.sqlite")) == 0
@@ -115,7 +134,9 @@ def test_summariser_retries_429_and_reports_a_bad_key() -> None:
 
 
 def test_helpers() -> None:
-    assert endpoint_url("https://api.openai.com/v1", "chat/completions") == "https://api.openai.com/v1/chat/completions"
+    assert (
+        endpoint_url("https://api.openai.com/v1", "chat/completions") == "https://api.openai.com/v1/chat/completions"
+    )
     assert endpoint_url("http://127.0.0.1:8000/", "chat/completions") == "http://127.0.0.1:8000/v1/chat/completions"
     assert all(is_none_answer(a) for a in ["None", " none. ", '"None"'])
     assert not is_none_answer("None of the sources agree, but X.")

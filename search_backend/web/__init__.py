@@ -18,7 +18,20 @@ from search_backend.web.fetch import FetchPolicy, fetch_page
 from search_backend.web.summarize import Summarizer
 
 __all__ = [
-    "PROVIDERS", "CacheMissError", "FetchError", "FetchPolicy", "FetchRefusedError", "MalformedResponseError",
-    "MissingCredentialError", "ProviderError", "ProviderRefusedError", "SummarizeError", "Summarizer", "WebCache",
-    "WebSearchBackend", "WebSearchConfig", "WebSearchError", "fetch_page",
+    "PROVIDERS",
+    "CacheMissError",
+    "FetchError",
+    "FetchPolicy",
+    "FetchRefusedError",
+    "MalformedResponseError",
+    "MissingCredentialError",
+    "ProviderError",
+    "ProviderRefusedError",
+    "SummarizeError",
+    "Summarizer",
+    "WebCache",
+    "WebSearchBackend",
+    "WebSearchConfig",
+    "WebSearchError",
+    "fetch_page",
 ]

@@ -54,14 +54,28 @@ class WebCache:
             row = self._db.execute("SELECT passages, answered_at FROM answers WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
-        return CachedAnswer([Passage(p["id"], p["title"], p["text"], float(p["score"])) for p in json.loads(row[0])],
-                            float(row[1]))
+        return CachedAnswer(
+            [Passage(p["id"], p["title"], p["text"], float(p["score"])) for p in json.loads(row[0])], float(row[1])
+        )
 
-    def put(self, key: str, provider: str, query: str, options: dict[str, Any], passages: list[Passage],
-            answered_at: float | None = None) -> None:
+    def put(
+        self,
+        key: str,
+        provider: str,
+        query: str,
+        options: dict[str, Any],
+        passages: list[Passage],
+        answered_at: float | None = None,
+    ) -> None:
         # First answer wins: a replay must see what the original run saw, even if a racing writer got a later one.
-        row = (key, provider, query, json.dumps(options, sort_keys=True),
-               json.dumps([p.to_dict() for p in passages], ensure_ascii=False), answered_at or time.time())
+        row = (
+            key,
+            provider,
+            query,
+            json.dumps(options, sort_keys=True),
+            json.dumps([p.to_dict() for p in passages], ensure_ascii=False),
+            answered_at or time.time(),
+        )
         with self._lock:
             self._db.execute("INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?, ?, ?)", row)
 

@@ -16,11 +16,15 @@ PROVIDER_DESCRIPTION = (
 class WebSearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    provider: Literal["serper", "brave", "tavily", "searxng", "exa"] = Field(default="serper",
-                                                                             description=PROVIDER_DESCRIPTION)
+    provider: Literal["serper", "brave", "tavily", "searxng", "exa"] = Field(
+        default="serper", description=PROVIDER_DESCRIPTION
+    )
     base_url: str | None = Field(default=None, description="provider API base URL; None for the provider's own")
-    api_key_env: str | None = Field(default=None, description="env var holding the key; None for the provider's "
-                                    "default (SERPER_API_KEY, BRAVE_API_KEY, TAVILY_API_KEY, EXA_API_KEY)")
+    api_key_env: str | None = Field(
+        default=None,
+        description="env var holding the key; None for the provider's "
+        "default (SERPER_API_KEY, BRAVE_API_KEY, TAVILY_API_KEY, EXA_API_KEY)",
+    )
     site: str | None = Field(default=None, description="restrict results to one site, e.g. en.wikipedia.org")
     top_k: int = Field(default=3, ge=1, le=100)
     fetch_pages: bool = Field(default=False, description="fetch each result's page and use its main text")

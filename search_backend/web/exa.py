@@ -23,17 +23,27 @@ class ExaProvider(Provider):
     max_count = 100
 
     def request(self, query: str, count: int, site: str | None, with_page_text: bool) -> ProviderRequest:
-        payload: dict[str, object] = {"query": query, "numResults": min(count, self.max_count),
-                                      "contents": {"text": {"maxCharacters": TEXT_MAX_CHARACTERS}}}
+        payload: dict[str, object] = {
+            "query": query,
+            "numResults": min(count, self.max_count),
+            "contents": {"text": {"maxCharacters": TEXT_MAX_CHARACTERS}},
+        }
         if site:
             payload["includeDomains"] = [site]
-        return ProviderRequest("POST", f"{self.base_url}/search", headers={"x-api-key": self._api_key or ""},
-                               json=payload)
+        return ProviderRequest(
+            "POST", f"{self.base_url}/search", headers={"x-api-key": self._api_key or ""}, json=payload
+        )
 
     def parse(self, body: object) -> list[Hit]:
         hits = []
         for item in result_list(body, "results"):
             url = item.get("url") or item.get("id")
-            hits.append(Hit(required_url({"url": url}, "url"), clean_snippet(item.get("title")),
-                            clean_snippet(item.get("text")), optional_score(item)))
+            hits.append(
+                Hit(
+                    required_url({"url": url}, "url"),
+                    clean_snippet(item.get("title")),
+                    clean_snippet(item.get("text")),
+                    optional_score(item),
+                )
+            )
         return hits

@@ -4,11 +4,47 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-_SKIP = {"script", "style", "noscript", "template", "svg", "nav", "header", "footer", "aside", "form", "button",
-         "select", "iframe", "head"}
+_SKIP = {
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "svg",
+    "nav",
+    "header",
+    "footer",
+    "aside",
+    "form",
+    "button",
+    "select",
+    "iframe",
+    "head",
+}
 _MAIN = {"main", "article"}
-_BLOCK = {"p", "div", "section", "li", "ul", "ol", "br", "tr", "table", "h1", "h2", "h3", "h4", "h5", "h6",
-          "blockquote", "pre", "dd", "dt", "figcaption", "td", "th"} | _MAIN
+_BLOCK = {
+    "p",
+    "div",
+    "section",
+    "li",
+    "ul",
+    "ol",
+    "br",
+    "tr",
+    "table",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "blockquote",
+    "pre",
+    "dd",
+    "dt",
+    "figcaption",
+    "td",
+    "th",
+} | _MAIN
 _VOID = {"br", "img", "hr", "meta", "link", "input", "area", "base", "col", "embed", "source", "track", "wbr"}
 
 

@@ -45,8 +45,7 @@ class Provider:
         return f"{type(self).__name__}(base_url={self.base_url!r})"
 
     @classmethod
-    def from_env(cls, base_url: str | None = None, key_env: str | None = None,
-                 require_key: bool = True) -> Provider:
+    def from_env(cls, base_url: str | None = None, key_env: str | None = None, require_key: bool = True) -> Provider:
         env = key_env or cls.key_env
         key = os.environ.get(env) if env else None
         if require_key and env and not key:
