@@ -6,6 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh" dev
 cd "$SEARCHRL_ROOT"
 SECONDS=0
 "$SEARCHRL_VENV/bin/ruff" check .
+"$SEARCHRL_VENV/bin/ruff" format --check .
 # CI logs keep how long the suite took, so a creeping suite shows before it passes the 10-minute budget.
 status=0
 "$PY" -m pytest -q "$@" || status=$?

@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from search_backend.base import SearchBackend
 from search_backend.bm25 import BM25Backend
 from search_backend.http_client import HttpSearchBackend
-from search_backend.hybrid import HybridBackend, HybridConfig
-from search_backend.index_types import DEFAULT_RERANK_DEPTH
+from search_backend.hybrid import HybridBackend
+from search_backend.index_settings import IndexSettings
 from search_backend.llm_router import LLMRouterBackend, RouterConfig
 from search_backend.local_faiss import LocalFaissBackend
 from search_backend.web import WebSearchBackend, WebSearchConfig
 
 
-class SearchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class SearchConfig(IndexSettings):
     backend: Literal["local", "bm25", "hybrid", "http", "web", "router"] = "http"
-    index_dir: Path | None = None
-    model: str | None = Field(default=None, description="must match the index manifest's model when set")
-    device: Literal["cpu", "cuda"] = "cpu"
-    nprobe: int | None = Field(default=64, ge=1)
-    ef_search: int | None = Field(default=128, ge=1)
-    rerank_depth: int = Field(
-        default=DEFAULT_RERANK_DEPTH, ge=1, description="compact index type: candidates re-scored exactly per query"
-    )
-    hybrid: HybridConfig = Field(default_factory=HybridConfig, description="fusion settings, for backend: hybrid")
     urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8002"])
     timeout_s: float = Field(default=30.0, gt=0)
     retries: int = Field(default=3, ge=0)

@@ -8,7 +8,6 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -19,7 +18,7 @@ from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
 from search_backend.batching import MicroBatcher
 from search_backend.cache import ResultCache
 from search_backend.hybrid import HybridConfig
-from search_backend.index_types import DEFAULT_RERANK_DEPTH
+from search_backend.index_settings import IndexSettings
 from searchrl.server import (
     Limits,
     RequestError,
@@ -37,19 +36,10 @@ RELEASE_AFTER_CHARS = 2000  # query characters in a backend call after which fre
 LARGE_ANSWER = 2000  # passages in an answer above which it is encoded off the event loop
 
 
-class ServerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    index_dir: Path | None = None
+class ServerConfig(IndexSettings):
     backend: Literal["local", "bm25", "hybrid"] = Field(
         default="local", description="over index_dir: dense (the manifest's index type), BM25, or both fused"
     )
-    rerank_depth: int = Field(default=DEFAULT_RERANK_DEPTH, ge=1)
-    hybrid: HybridConfig = Field(default_factory=HybridConfig)
-    model: str | None = None
-    device: Literal["cpu", "cuda"] = "cpu"
-    nprobe: int | None = Field(default=64, ge=1)
-    ef_search: int | None = Field(default=128, ge=1)
     batching: bool = True
     max_batch: int = Field(default=64, ge=1)
     max_batch_chars: int = Field(default=8192, ge=1, description="query characters per batch (encoder memory)")
@@ -203,16 +193,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
 
             if config.index_dir is None:
                 raise ValueError("index_dir: required when no backend is given")
-            search = SearchConfig(
-                backend=config.backend,
-                index_dir=config.index_dir,
-                model=config.model,
-                device=config.device,
-                nprobe=config.nprobe,
-                ef_search=config.ef_search,
-                rerank_depth=config.rerank_depth,
-                hybrid=config.hybrid,
-            )
+            search = SearchConfig(backend=config.backend, **config.index_settings())
             active = await asyncio.to_thread(open_backend, search)
         service = SearchService(active, config)
         if service.batcher:
@@ -279,6 +260,15 @@ def _weights(text: str) -> tuple[float, float]:
     return dense, bm25
 
 
+def _default(field: str) -> Any:
+    # The server's options take their defaults from ServerConfig, the one declaration of them.
+    return ServerConfig.model_fields[field].get_default(call_default_factory=True)
+
+
+def _help(field: str) -> str | None:
+    return ServerConfig.model_fields[field].description
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m search_backend.serve", description=__doc__)
     p.add_argument("--index", required=True, help="index directory made by search_backend.build_index")
@@ -291,38 +281,47 @@ def parser() -> argparse.ArgumentParser:
         help="local: dense search with the index's type; bm25: lexical (needs build_index --bm25); "
         "hybrid: both, fused by reciprocal rank",
     )
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--nprobe", type=int, default=64, help="IVF lists probed per query")
-    p.add_argument(
-        "--rerank-depth",
-        type=int,
-        default=DEFAULT_RERANK_DEPTH,
-        help="compact index type: candidates re-scored exactly per query",
-    )
+    p.add_argument("--device", default=_default("device"), choices=("cpu", "cuda"))
+    p.add_argument("--nprobe", type=int, default=_default("nprobe"), help=_help("nprobe"))
+    p.add_argument("--rerank-depth", type=int, default=_default("rerank_depth"), help=_help("rerank_depth"))
     p.add_argument(
         "--hybrid-weights",
-        default=(1.0, 1.0),
+        default=(HybridConfig().dense_weight, HybridConfig().bm25_weight),
         type=_weights,
         help="hybrid: dense,bm25 weights of the rank fusion (default 1,1)",
     )
-    p.add_argument("--rrf-k", type=float, default=60.0, help="hybrid: reciprocal-rank offset")
-    p.add_argument("--ef-search", type=int, default=128, help="HNSW search breadth")
+    p.add_argument("--rrf-k", type=float, default=HybridConfig().rrf_k, help="hybrid: reciprocal-rank offset")
+    p.add_argument("--ef-search", type=int, default=_default("ef_search"), help=_help("ef_search"))
     p.add_argument("--no-batching", action="store_true", help="run each request on its own")
-    p.add_argument("--max-batch", type=int, default=64, help="most queries coalesced into one batch")
-    p.add_argument("--max-wait-ms", type=float, default=2.0, help="longest a batch waits for more requests")
-    p.add_argument("--cache-size", type=int, default=100_000, help="LRU result-cache entries (0: off)")
-    p.add_argument("--max-top-k", type=int, default=100)
-    p.add_argument("--max-queries", type=int, default=1024, help="most queries in one request")
-    p.add_argument("--max-query-chars", type=int, default=512, help="longest query, in characters")
-    p.add_argument("--max-results", type=int, default=10_000, help="most queries x top_k in one request")
-    p.add_argument("--max-batch-chars", type=int, default=8192, help="most query characters in one batch")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
-    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds a request's headers may take")
-    p.add_argument("--body-timeout", type=float, default=30.0, help="seconds a request's body may take (408 after)")
     p.add_argument(
-        "--max-concurrency", type=int, default=4096, help="open connections or requests in flight before 503s"
+        "--max-batch", type=int, default=_default("max_batch"), help="most queries coalesced into one batch"
     )
-    p.add_argument("--threads", type=int, default=None, help="torch and FAISS CPU threads (default: theirs)")
+    p.add_argument(
+        "--max-wait-ms", type=float, default=_default("max_wait_ms"), help="longest a batch waits for more requests"
+    )
+    p.add_argument("--cache-size", type=int, default=_default("cache_size"), help="LRU result-cache entries (0: off)")
+    p.add_argument("--max-top-k", type=int, default=_default("max_top_k"))
+    p.add_argument("--max-queries", type=int, default=_default("max_queries"), help="most queries in one request")
+    p.add_argument("--max-query-chars", type=int, default=_default("max_query_chars"), help=_help("max_query_chars"))
+    p.add_argument("--max-results", type=int, default=_default("max_results"), help=_help("max_results"))
+    p.add_argument("--max-batch-chars", type=int, default=_default("max_batch_chars"), help=_help("max_batch_chars"))
+    p.add_argument("--max-body-bytes", type=int, default=_default("max_body_bytes"))
+    p.add_argument(
+        "--header-timeout", type=float, default=Limits().header_timeout_s, help="seconds a request's headers may take"
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=Limits().body_timeout_s,
+        help="seconds a request's body may take (408 after)",
+    )
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=Limits().max_concurrency,
+        help="open connections or requests in flight before 503s",
+    )
+    p.add_argument("--threads", type=int, default=_default("threads"), help=_help("threads"))
     p.add_argument("--log-level", default="warning")
     return p
 

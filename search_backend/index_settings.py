@@ -1,0 +1,30 @@
+"""How an index directory is opened: the settings the stage config's `search:` section and the retrieval
+server share, declared once so the two cannot disagree on a default or a bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from search_backend.hybrid import HybridConfig
+from search_backend.index_types import DEFAULT_RERANK_DEPTH
+
+
+class IndexSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index_dir: Path | None = None
+    model: str | None = Field(default=None, description="must match the index manifest's model when set")
+    device: Literal["cpu", "cuda"] = "cpu"
+    nprobe: int | None = Field(default=64, ge=1, description="IVF lists probed per query")
+    ef_search: int | None = Field(default=128, ge=1, description="HNSW search breadth")
+    rerank_depth: int = Field(
+        default=DEFAULT_RERANK_DEPTH, ge=1, description="compact index type: candidates re-scored exactly per query"
+    )
+    hybrid: HybridConfig = Field(default_factory=HybridConfig, description="fusion settings, for backend: hybrid")
+
+    def index_settings(self) -> dict:
+        """These fields alone, as keyword arguments for another model built on IndexSettings."""
+        return {name: getattr(self, name) for name in IndexSettings.model_fields}
