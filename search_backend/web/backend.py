@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from typing import Any
 
 import httpx
@@ -38,6 +37,7 @@ from searchrl.http_transport import (
     encode_json,
     with_retries,
 )
+from searchrl.openai_client import key_from_env
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class WebSearchBackend:
             summarizer = Summarizer(
                 config.summarizer_base_url,
                 config.summarizer_model,
-                os.environ.get(config.summarizer_api_key_env),
+                key_from_env(config.summarizer_api_key_env),
                 key_env=config.summarizer_api_key_env,
                 timeout_s=config.timeout_s,
                 retries=config.retries,
