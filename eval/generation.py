@@ -92,34 +92,79 @@ class OpenAICompletionsEngine:
 
 
 class HFTextEngine:
-    """A transformers model on CPU (tests, small checks); prompts run one after the other."""
+    """A transformers model on CPU (tests, small checks, the learning benchmark's evaluation). With
+    `batch_size` > 1 the prompts of a turn are sampled together, left-padded, `batch_size` at a time."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 1) -> None:
         from rollout.engines import HFEngine
 
         self.tokenizer = tokenizer
+        self.model = model
+        self.batch_size = batch_size
         self.engine = HFEngine(model, tokenizer)
 
     @classmethod
-    def from_pretrained(cls, path: str) -> HFTextEngine:
+    def from_pretrained(cls, path: str, batch_size: int = 1) -> HFTextEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        return cls(AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path))
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        return cls(model, AutoTokenizer.from_pretrained(path), batch_size)
+
+    def _completion(self, text: str, finish_reason: str) -> Completion:
+        if self.tokenizer.eos_token and text.endswith(self.tokenizer.eos_token):
+            text = text[: -len(self.tokenizer.eos_token)]
+        # The engine keeps the stop string; with no stop reported, an open query at EOS stays open.
+        return Completion(*segment_text({"text": text, "finish_reason": finish_reason, "stop_reason": None}))
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         from rollout.engines import SamplingParams
 
+        if self.batch_size > 1:
+            out: list[Completion] = []
+            for i in range(0, len(prompts), self.batch_size):
+                out += await asyncio.to_thread(self._sample_together, prompts[i : i + self.batch_size], params)
+            return out
         out = []
         for prompt in prompts:
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             result = (await self.engine.generate(ids, SamplingParams(**params.segment_kwargs()))).outputs[0]
-            text = result.text
-            if self.tokenizer.eos_token and text.endswith(self.tokenizer.eos_token):
-                text = text[: -len(self.tokenizer.eos_token)]
-            # The engine keeps the stop string; with no stop reported, an open query at EOS stays open.
-            out.append(
-                Completion(*segment_text({"text": text, "finish_reason": result.finish_reason, "stop_reason": None}))
+            out.append(self._completion(result.text, result.finish_reason))
+        return out
+
+    def _sample_together(self, prompts: list[str], params: GenParams) -> list[Completion]:
+        import torch
+
+        tok = self.tokenizer
+        side, tok.padding_side = tok.padding_side, "left"
+        try:
+            batch = tok(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
+        finally:
+            tok.padding_side = side
+        sample = params.temperature > 0
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        with torch.no_grad():
+            generated = self.model.generate(
+                **batch,
+                max_new_tokens=params.max_tokens,
+                do_sample=sample,
+                temperature=params.temperature if sample else None,
+                top_p=params.top_p if sample else None,
+                stop_strings=[END_QUERY],
+                tokenizer=tok,
+                pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+                eos_token_id=tok.eos_token_id,
             )
+        out = []
+        for row in generated[:, batch["input_ids"].shape[1] :].tolist():
+            ended = tok.eos_token_id in row
+            row = row[: row.index(tok.eos_token_id) + 1] if ended else row
+            text = tok.decode(row, skip_special_tokens=False)
+            stopped = END_QUERY in text
+            if stopped:
+                text = text[: text.index(END_QUERY) + len(END_QUERY)]
+            length = not (ended or stopped) and len(row) >= params.max_tokens
+            out.append(self._completion(text, "length" if length else "stop"))
         return out
 
     async def aclose(self) -> None:

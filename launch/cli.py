@@ -32,6 +32,9 @@ COMMANDS: dict[str, Command] = {
     "data prepare router_r1": Command(
         "stage_router_r1.prepare_data", "main", "Router-R1 prompts: QA mixes or Router-R1's JSON, with the pool"
     ),
+    "data prepare sft": Command(
+        "rollout.sft", "prepare_main", "SFT trajectories in the protocol, documents masked (OpenRLHF multi-turn)"
+    ),
     "stage submit": Command("rollout.submit", "main", "preflight, then `ray job submit` a training stage"),
     "stage rehearse": Command(
         "rollout.submit", "main", "run a stage's job as Ray runs it, on CPU, and check it", ("--rehearse",)
@@ -76,7 +79,7 @@ GROUPS: dict[str, str] = {
     "reward": "serve and compute rewards",
     "data": "prepare training data",
     "data prepare": "write a stage's prompt dataset for OpenRLHF",
-    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2 or router_r1)",
+    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2, router_r1 or sft)",
     "servers": "the retrieval and reward servers of a training run",
     "eval": "evaluate models and score results",
     "gmtrouter": "the personalised routing policy (GMTRouter): train, evaluate, synthetic users",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates the local virtual environment and installs searchrl into it, idempotently: a stamp of the
 # install inputs makes a second run a no-op. torch is pinned to the CPU build first so that
-# resolving sentence-transformers never pulls CUDA wheels on a CPU machine.
+# resolving sentence-transformers never pulls CUDA wheels on a CPU machine; then OpenRLHF 0.11.2 without
+# its GPU dependencies and DeepSpeed 0.19.6 (its pin) built without ops, for the CPU training rehearsal.
 # Usage: source launch/setup_env.sh [extras]   (default extras: dev)
 set -euo pipefail
 SEARCHRL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,6 +10,7 @@ SEARCHRL_VENV="${SEARCHRL_VENV:-$SEARCHRL_ROOT/.venv}"
 SEARCHRL_EXTRAS="${1:-dev}"
 TORCH_SPEC="${SEARCHRL_TORCH:-torch==2.13.0}"
 OPENRLHF_SPEC="openrlhf==0.11.2"
+DEEPSPEED_SPEC="deepspeed==0.19.6"
 
 if [ ! -x "$SEARCHRL_VENV/bin/python" ]; then
   echo "[setup] creating $SEARCHRL_VENV"
@@ -30,7 +32,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   if ! "$PY" -c "import openrlhf" 2>/dev/null; then
     pipi --no-deps "$OPENRLHF_SPEC"
   fi
-  "$PY" -c "import torch, fastapi, faiss, sentence_transformers, openrlhf, torch_geometric" \
+  # The training rehearsal runs OpenRLHF's own train_ppo_ray, which imports DeepSpeed (OpenRLHF's pin).
+  # It ships as an sdist: built against the torch installed here (no isolated build env, which would
+  # fetch a CUDA torch) and without prebuilt ops (its CPU ops compile on first use, about 90 s, once).
+  if ! "$PY" -c "import deepspeed" 2>/dev/null; then
+    export DS_BUILD_OPS=0
+    pipi --no-build-isolation "$DEEPSPEED_SPEC"
+    unset DS_BUILD_OPS
+  fi
+  "$PY" -c "import torch, fastapi, faiss, sentence_transformers, openrlhf, torch_geometric, deepspeed, peft" \
     || { echo "[setup] install incomplete: see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,37 +49,91 @@ CPU_SCALE = {
 }
 
 
+RAY_NAMED_PORTS = (
+    "gcs",
+    "dashboard",
+    "client",
+    "node_manager",
+    "object_manager",
+    "agent_listen",
+    "agent_grpc",
+    "metrics",
+    "runtime_env_agent",
+)
+WORKER_PORTS = 200
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out for port 0 and outgoing connections (Linux's ip_local_port_range)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def ray_ports(rng: random.Random | None = None, tries: int = 50) -> dict[str, int]:
+    """Every port a Ray head takes, from one block of consecutive free ports below the kernel's
+    ephemeral range: the named ports first, then the worker-port range right after them. The range
+    cannot overlap a named port by construction (ports picked one by one used to land inside it, and
+    `ray start` refused to start), and no port 0 bind or outgoing connection is given a port in it."""
+    rng = rng or random.Random()
+    size = len(RAY_NAMED_PORTS) + WORKER_PORTS
+    low = 10000
+    high = ephemeral_range()[0]
+    if high - low < 4 * size:
+        low, high = ephemeral_range()[1] + 1, 65535
+    for _ in range(tries):
+        base = rng.randrange(low, high - size)
+        if all(port_free(p) for p in range(base, base + size)):
+            ports = {name: base + i for i, name in enumerate(RAY_NAMED_PORTS)}
+            ports["min_worker"] = base + len(RAY_NAMED_PORTS)
+            ports["max_worker"] = base + size - 1
+            return ports
+    raise RuntimeError(f"no block of {size} free ports on 127.0.0.1 after {tries} tries")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class RayHead:
     """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
     ids of the processes it started."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, num_cpus: int = 4, num_gpus: int = 0) -> None:
+        """`num_gpus` logical GPUs: OpenRLHF places its actors and engines by GPU bundles."""
         self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
-        self.dashboard_port = free_port()
         self.log = workdir / "ray_head.log"
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        ports = [free_port() for _ in range(8)]
+        ports = ray_ports()
+        self.dashboard_port = ports["dashboard"]
         cmd = [
             str(Path(sys.executable).parent / "ray"),
             "start",
             "--head",
             "--block",
             "--node-ip-address=127.0.0.1",
-            f"--port={ports[0]}",
+            f"--port={ports['gcs']}",
             "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={self.dashboard_port}",
-            f"--ray-client-server-port={ports[1]}",
-            f"--node-manager-port={ports[2]}",
-            f"--object-manager-port={ports[3]}",
-            f"--dashboard-agent-listen-port={ports[4]}",
-            f"--dashboard-agent-grpc-port={ports[5]}",
-            f"--metrics-export-port={ports[6]}",
-            f"--runtime-env-agent-port={ports[7]}",
-            f"--min-worker-port={ports[7] + 1 if ports[7] < 60000 else 20000}",
-            f"--max-worker-port={(ports[7] + 1 if ports[7] < 60000 else 20000) + 200}",
-            "--num-cpus=4",
-            "--num-gpus=0",
+            f"--dashboard-port={ports['dashboard']}",
+            f"--ray-client-server-port={ports['client']}",
+            f"--node-manager-port={ports['node_manager']}",
+            f"--object-manager-port={ports['object_manager']}",
+            f"--dashboard-agent-listen-port={ports['agent_listen']}",
+            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+            f"--metrics-export-port={ports['metrics']}",
+            f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+            f"--min-worker-port={ports['min_worker']}",
+            f"--max-worker-port={ports['max_worker']}",
+            f"--num-cpus={num_cpus}",
+            f"--num-gpus={num_gpus}",
             "--include-dashboard=true",
             f"--temp-dir={self.temp}",
         ]
@@ -233,14 +289,10 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
             print(f"[rehearse] loopback LLM pool {pool_url} ({', '.join(m['name'] for m in models)})", flush=True)
         if not _healthy_servers(stage_name, model, [*local, *overrides]):
             if router is None:
-                index = work / "index"
-                if not (index / "manifest.json").is_file():
-                    from search_backend.build_index import build
+                from rollout.train_rehearsal import build_index
 
-                    print(
-                        f"[rehearse] building the mini index: {EXAMPLES / 'mini_corpus.jsonl'} -> {index}", flush=True
-                    )
-                    build(EXAMPLES / "mini_corpus.jsonl", "jsonl", index)
+                print("[rehearse] the rehearsal index (mini corpus + fictional people), built once", flush=True)
+                index = build_index(work)
                 search_port = free_port()
                 started.append(
                     start_module(
@@ -248,7 +300,7 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
                     )
                 )
                 local.append(f"search.urls=http://127.0.0.1:{search_port}")
-                print(f"[rehearse] retrieval server :{search_port} (mini index)", flush=True)
+                print(f"[rehearse] retrieval server :{search_port} (rehearsal index)", flush=True)
             reward_port = free_port()
             plan0 = resolve(stage_name, model, [*local, *overrides])
             spec_file = stage_dir / "stage.json"

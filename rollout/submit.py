@@ -242,8 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launch/ray_submit.sh", description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument(
         "stage",
-        choices=sorted(STAGES),
-        help="stage1: format reward; stage2: format + answer reward; router_r1: LLM routing (Router-R1)",
+        choices=[*sorted(STAGES), "sft"],
+        help="stage1: format reward; stage2: format + answer reward; router_r1: LLM routing (Router-R1); "
+        "sft: supervised fine-tuning on trajectories (OpenRLHF's train_sft)",
     )
     p.add_argument("--model", default=None, help="a configs/models/*.yaml file (default: the stage config's)")
     mode = p.add_mutually_exclusive_group()
@@ -258,6 +259,19 @@ def build_parser() -> argparse.ArgumentParser:
         "`ray job submit` with the real runtime_env, OpenRLHF's rollout and experience code",
     )
     p.add_argument("--episodes", type=int, default=8, help="--rehearse: prompts to run (default 8)")
+    train = p.add_argument_group("training rehearsal (--rehearse --train)")
+    train.add_argument(
+        "--train",
+        action="store_true",
+        help="--rehearse: run OpenRLHF's own train_ppo_ray (both halves of a step: rollout and training) with "
+        "a tiny policy on CPU; prints a per-step table and, last, one JSON line",
+    )
+    train.add_argument("--steps", type=int, default=2, help="--train: rollout steps (default 2)")
+    train.add_argument("--no-resume", action="store_true", help="--train: skip the resume-from-checkpoint run")
+    train.add_argument("--out", type=Path, default=None, help="--train: folder (default runs/rehearse/train)")
+    train.add_argument("--pretrain", type=Path, default=None, help="--train: start from this HF folder instead")
+    train.add_argument("--lr", type=float, default=None, help="--train: the tiny policy's learning rate (1e-3)")
+    train.add_argument("--seed", type=int, default=0, help="--train: seed of the warm start and the run")
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray dashboard address ($RAY_ADDRESS)")
     ready = p.add_argument_group("stage switch (stage2)")
     ready.add_argument(
@@ -278,6 +292,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
+    if args.train and not args.rehearse:
+        print("error: --train goes with --rehearse (`searchrl stage rehearse STAGE --train`)", file=sys.stderr)
+        return 2
+    if args.stage == "sft":
+        from rollout import sft
+
+        if args.rehearse:
+            return sft.rehearse_main(args.overrides, args.seed)
+        return sft.submit(args.overrides, args.address, args.dry_run)
+    if args.rehearse and args.train:
+        from rollout import train_rehearsal
+
+        return train_rehearsal.main(
+            args.stage,
+            args.model,
+            args.overrides,
+            args.steps,
+            resume=not args.no_resume,
+            out=args.out,
+            pretrain=args.pretrain,
+            lr=args.lr if args.lr is not None else train_rehearsal.DEFAULT_LR,
+            seed=args.seed,
+        )
     if args.rehearse:
         from rollout.rehearse import rehearse
 

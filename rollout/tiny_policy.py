@@ -106,3 +106,32 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# The policy the training rehearsal trains: Qwen2-shaped (as R1-Searcher's Qwen-2.5 policies), small
+# enough that one REINFORCE++ step takes seconds on 2 cores. The tags stay plain text, as R1-Searcher
+# adds no tokens; the tokenizer splits like Qwen2.5's.
+POLICY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+POLICY_VOCAB = 4000
+
+
+def build_policy(out: Path, texts: Iterable[str], seed: int = 0) -> Path:
+    """A random-init Qwen2-shaped policy with a tokenizer trained on `texts`, saved as a Hugging Face folder."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer(texts, vocab_size=POLICY_VOCAB, protocol_tokens=False, qwen_split=True)
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **POLICY_SHAPE,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

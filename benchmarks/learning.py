@@ -1,0 +1,301 @@
+"""Learning, measured: the tiny policy's warm start, then stage 1, then stage 2 from stage 1's checkpoint,
+each through `searchrl stage rehearse STAGE --train` (OpenRLHF's own train_ppo_ray on CPU), per seed, with
+an lr = 0 control of each stage and an independent evaluation of every checkpoint.
+
+    python -m benchmarks.learning --stages stage1,stage2 --seeds 3 --out DIR
+        [--steps1 15] [--steps2 15] [--lr 2e-3] [--eval-samples 2] [--options process,efficiency]
+
+The independent evaluation samples each checkpoint outside the training loop (Hugging Face `generate`,
+temperature 1.0, top-p 0.95, not the training rehearsal's vLLM stand-in) on questions training never
+saw (the last 100 stage-1 questions; the 100 held-out fictional people), appends documents with the
+environment step against the retrieval server and scores each episode with the stage's reward server.
+
+Writes DIR/learning.json (per seed and step: mean reward, format-and-search rate, EM, searches per
+episode, response length, step time split into generation / training / weight sync; the evaluations;
+the controls; the prompt template), DIR/learning.png, the TensorBoard events of OpenRLHF's own logger
+(DIR/seedK/*/tensorboard) and, for seed 0, the Hugging Face folders DIR/seed0/stage1/{warm_start,final}
+and DIR/seed0/stage2/{start,final}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from eval.generation import GenParams, HFTextEngine, run_episodes  # noqa: E402
+from rollout import train_rehearsal, warm_start  # noqa: E402
+from rollout.config import EpisodeConfig, ModelConfig, load_stage  # noqa: E402
+from rollout.environment import SearchEnvironment  # noqa: E402
+from rollout.reward_client import RewardClient  # noqa: E402
+from rollout.service import free_port, start_module, stop  # noqa: E402
+from search_backend.http_client import HttpSearchBackend  # noqa: E402
+from searchrl.config import load  # noqa: E402
+
+STAGE_FILES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
+# The per-step figures kept from OpenRLHF's own logs, under the names this report uses.
+STEP_KEYS = {
+    "reward": "reward",
+    "score": "score",
+    "em": "em",
+    "num_searches": "searches_per_episode",
+    "response_length": "response_length",
+    "timing/generation": "generation_s",
+    "timing/ppo_train": "training_s",
+    "timing/broadcast": "weight_sync_s",
+    "timing/make_experience": "make_experience_s",
+}
+OPTIONS = {"process": ["reward.process_weight=0.2"], "efficiency": ["reward.efficiency_weight=0.2"]}
+
+
+def heldout(stage: str) -> list[dict[str, Any]]:
+    if stage == "stage1":
+        rows = [json.loads(line) for line in (warm_start.EXAMPLES / "stage_1.jsonl").open(encoding="utf-8")]
+        return [{"question": r["question"], "answer": r["answer"]} for r in rows[-warm_start.HELDOUT_STAGE1 :]]
+    rows = [json.loads(line) for line in (warm_start.EXAMPLES / "fictional/heldout.jsonl").open(encoding="utf-8")]
+    return [{"question": r["question"], "answer": r["answer"]} for r in rows]
+
+
+class Servers:
+    """A retrieval server on the rehearsal index and a reward server per stage, for the evaluations."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.procs: list[Any] = []
+        index = train_rehearsal.build_index()
+        port = free_port()
+        self.procs.append(start_module("search_backend.serve", ["--index", str(index)], port, work / "ret.log", 300))
+        self.search_url = f"http://127.0.0.1:{port}"
+        self.reward_urls: dict[str, str] = {}
+
+    def reward_url(self, stage: str, overrides: list[str]) -> str:
+        key = f"{stage}:{','.join(overrides)}"
+        if key not in self.reward_urls:
+            cfg, _ = load_stage(ROOT / "configs/stages" / f"{STAGE_FILES[stage]}.yaml", overrides)
+            spec = self.work / f"{stage}-{len(self.reward_urls)}.json"
+            spec.write_text(cfg.model_dump_json(), encoding="utf-8")
+            port = free_port()
+            self.procs.append(start_module("reward_server", ["--resolved", str(spec)], port, self.work / "rew.log"))
+            self.reward_urls[key] = f"http://127.0.0.1:{port}"
+        return self.reward_urls[key]
+
+    def close(self) -> None:
+        for p in self.procs:
+            stop(p)
+
+
+async def _evaluate(
+    checkpoint: Path, stage: str, servers: Servers, samples: int, seed: int, overrides: list[str]
+) -> dict[str, Any]:
+    cfg, _ = load_stage(ROOT / "configs/stages" / f"{STAGE_FILES[stage]}.yaml", overrides)
+    model = load(ModelConfig, ROOT / cfg.model)
+    rows = [r for r in heldout(stage) for _ in range(samples)]
+    prompts = [model.template.replace("{question}", r["question"]) for r in rows]  # type: ignore[union-attr]
+    labels = [r["answer"] for r in rows]
+    engine = HFTextEngine.from_pretrained(str(checkpoint), batch_size=32)
+    search = HttpSearchBackend([servers.search_url])
+    env = SearchEnvironment(search, EpisodeConfig(**cfg.episode.model_dump()))
+    rewards = RewardClient([servers.reward_url(stage, overrides)], deadline_s=120)
+    params = GenParams(temperature=1.0, top_p=0.95, max_tokens=cfg.episode.max_segment_tokens, seed=seed)
+    try:
+        results = await run_episodes(engine, env, prompts, labels, params)
+        scored = await asyncio.gather(
+            *(rewards.score(r.episode.prompt + r.episode.solution, r.episode.prompt, r.episode.label,
+                            r.episode.metadata()) for r in results)  # fmt: skip
+        )
+    finally:
+        await search.aclose()
+        await rewards.aclose()
+    tok = engine.tokenizer
+    lengths = [len(tok(r.episode.solution, add_special_tokens=False)["input_ids"]) for r in results]
+    mean = statistics.fmean
+    return {
+        "checkpoint": str(checkpoint),
+        "episodes": len(results),
+        "reward": mean(s.reward for s in scored),
+        "score": mean(s.score for s in scored),
+        "em": mean(s.extra_logs.get("em", 0.0) for s in scored),
+        "format_ok": mean(s.extra_logs.get("format_ok", 0.0) for s in scored),
+        "searches_per_episode": mean(r.episode.num_searches for r in results),
+        "response_length": mean(lengths),
+        "search_errors": sum(r.episode.search_errors for r in results),
+        "example": results[0].episode.solution[:600],
+    }
+
+
+def evaluate(checkpoint: Path, stage: str, servers: Servers, samples: int, seed: int, overrides: list[str]) -> dict:
+    t0 = time.monotonic()
+    out = asyncio.run(_evaluate(checkpoint, stage, servers, samples, seed, overrides))
+    out["seconds"] = round(time.monotonic() - t0, 1)
+    print(f"[eval] {stage} {checkpoint}: score {out['score']:.3f} reward {out['reward']:.3f} "
+          f"em {out['em']:.3f} searches {out['searches_per_episode']:.2f}", flush=True)  # fmt: skip
+    return out
+
+
+def steps_of(curves: dict[str, dict[str, float]]) -> list[dict[str, float]]:
+    return [{"step": int(k), **{v: c[t] for t, v in STEP_KEYS.items() if t in c}} for k, c in curves.items()]
+
+
+def run_stage(stage: str, steps: int, out: Path, lr: float, seed: int, pretrain: Path | None, extra: list[str]) -> dict:
+    print(f"[learning] seed {seed}: {stage} for {steps} steps, lr {lr}, into {out}", flush=True)
+    result = train_rehearsal.train(
+        stage, None, extra, steps, resume=False, out=out, pretrain=pretrain, lr=lr, seed=seed
+    )
+    result["steps_log"] = steps_of(result.pop("curves"))
+    return result
+
+
+def copy_model(src: Path, dst: Path) -> None:
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.learning", description=__doc__.splitlines()[0])
+    p.add_argument("--stages", default="stage1,stage2", help="stage1, or stage1,stage2")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--steps1", type=int, default=15, help="stage-1 rollout steps")
+    p.add_argument("--steps2", type=int, default=15, help="stage-2 rollout steps")
+    p.add_argument("--lr", type=float, default=train_rehearsal.DEFAULT_LR)
+    p.add_argument("--eval-samples", type=int, default=2, help="samples per held-out question (100 questions)")
+    p.add_argument("--options", default="", help="stage-2 reward options run beside the default: process,efficiency")
+    p.add_argument("--no-control", action="store_true", help="skip the lr = 0 controls")
+    args = p.parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if stages not in (["stage1"], ["stage1", "stage2"]):
+        p.error("--stages: stage1 or stage1,stage2 (stage 2 starts from stage 1's checkpoint)")
+    options = [o for o in args.options.split(",") if o]
+    unknown = [o for o in options if o not in OPTIONS]
+    if unknown:
+        p.error(f"--options: unknown {unknown}; known: {sorted(OPTIONS)}")
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    model = load(ModelConfig, ROOT / "configs/models/qwen2.5-7b-base.yaml")
+    report: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "prompt_template": model.template,
+        "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(out)},
+        "seeds": [],
+    }
+    servers = Servers(out)
+    t0 = time.monotonic()
+    try:
+        for seed in range(args.seeds):
+            home = out / f"seed{seed}"
+            entry: dict[str, Any] = {"seed": seed}
+            warm = warm_start.ensure(train_rehearsal.build_index(), seed=seed, log=lambda m: print(m, flush=True))
+            s1 = run_stage("stage1", args.steps1, home / "runs", args.lr, seed, warm, [])
+            stage1_final = Path(s1["hf_checkpoint"])
+            entry["stage1"] = {"train": s1, "eval": {}}
+            ev = entry["stage1"]["eval"]
+            ev["warm_start"] = evaluate(warm, "stage1", servers, args.eval_samples, seed, [])
+            ev["final"] = evaluate(stage1_final, "stage1", servers, args.eval_samples, seed, [])
+            if not args.no_control:
+                c1 = run_stage("stage1", args.steps1, home / "control", 0.0, seed, warm, [])
+                entry["stage1"]["control"] = c1
+                ev["control"] = evaluate(Path(c1["hf_checkpoint"]), "stage1", servers, args.eval_samples, seed, [])
+            if seed == 0:
+                copy_model(warm, home / "stage1/warm_start")
+                copy_model(stage1_final, home / "stage1/final")
+            if "stage2" in stages:
+                s2 = run_stage("stage2", args.steps2, home / "runs", args.lr, seed, None, [])
+                entry["stage2"] = {"train": s2, "eval": {}}
+                ev2 = entry["stage2"]["eval"]
+                ev2["start"] = evaluate(stage1_final, "stage2", servers, args.eval_samples, seed, [])
+                ev2["final"] = evaluate(Path(s2["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, [])
+                if not args.no_control:
+                    c2 = run_stage("stage2", args.steps2, home / "control", 0.0, seed, stage1_final, [])
+                    entry["stage2"]["control"] = c2
+                    ev2["control"] = evaluate(Path(c2["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, [])
+                for name in options:
+                    o = run_stage("stage2", args.steps2, home / name, args.lr, seed, stage1_final, OPTIONS[name])
+                    entry["stage2"][name] = o
+                    ev2[name] = evaluate(Path(o["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, [])
+                if seed == 0:
+                    copy_model(stage1_final, home / "stage2/start")
+                    copy_model(Path(s2["hf_checkpoint"]), home / "stage2/final")
+            report["seeds"].append(entry)
+            (out / "learning.json").write_text(json.dumps(report | {"summary": summary(report)}, indent=1))
+    finally:
+        servers.close()
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    report["summary"] = summary(report)
+    (out / "learning.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    plot(report, out / "learning.png")
+    print(json.dumps(report["summary"], indent=1))
+    return 0
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """Means over seeds of each evaluation, and the targets of the issue, met or not."""
+    out: dict[str, Any] = {}
+    for stage, start in (("stage1", "warm_start"), ("stage2", "start")):
+        evals = [s[stage]["eval"] for s in report["seeds"] if stage in s]
+        if not evals:
+            continue
+        names = sorted({k for e in evals for k in e})
+        means = {n: {m: statistics.fmean(e[n][m] for e in evals if n in e) for m in ("score", "reward", "em",
+                 "searches_per_episode", "response_length")} for n in names}  # fmt: skip
+        worst_gain = min(e["final"]["score"] - e[start]["score"] for e in evals)
+        entry: dict[str, Any] = {"mean": means, "worst_seed_gain": worst_gain}
+        if stage == "stage1":
+            entry["targets"] = {
+                "final_at_least_0.8": min(e["final"]["score"] for e in evals) >= 0.8,
+                "gain_at_least_0.3": worst_gain >= 0.3,
+                "control_moves_less_than_0.1": all(
+                    abs(e["control"]["score"] - e[start]["score"]) < 0.1 for e in evals if "control" in e
+                ),
+            }
+        else:
+            entry["targets"] = {
+                "em_gain_at_least_0.2": min(e["final"]["em"] - e[start]["em"] for e in evals) >= 0.2,
+                "searches_not_collapsed": min(e["final"]["searches_per_episode"] for e in evals) >= 0.5,
+            }
+        out[stage] = entry
+    return out
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("stage1", "score", "stage 1: format-and-search rate"), ("stage1", "reward", "stage 1: mean reward"),
+              ("stage2", "em", "stage 2: EM"), ("stage2", "searches_per_episode", "stage 2: searches per episode")]  # fmt: skip
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (stage, key, title) in zip(axes.flat, panels, strict=True):
+        for s in report["seeds"]:
+            if stage not in s:
+                continue
+            for run, style in (("train", "-"), ("control", "--")):
+                if run in s[stage]:
+                    log = s[stage][run]["steps_log"]
+                    label = f"seed {s['seed']}" + (" lr=0" if run == "control" else "")
+                    ax.plot([r["step"] for r in log], [r.get(key, 0) for r in log], style, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("rollout step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"searchrl tiny policy on OpenRLHF train_ppo_ray, CPU ({report['date']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

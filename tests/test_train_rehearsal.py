@@ -1,0 +1,149 @@
+"""The training rehearsal without running it (CI runs it: `.ci/run`): a real submit neither carries nor
+activates the CPU layer, the rehearsal adds exactly that layer, the overrides pass OpenRLHF's own parser
+and checks and keep the stage's ratios, the Ray head's ports cannot collide, the warm start's mixture
+earns the stage-1 rewards it is documented to, and the SFT data masks the documents from the loss."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from reward_server.scoring import score_solution
+from reward_server.spec import STAGE1_FORMAT
+from rollout import cpu_layer, preflight, sft, warm_start
+from rollout.openrlhf_flags import validated_args
+from rollout.rehearse import RAY_NAMED_PORTS, ephemeral_range, ray_ports
+from rollout.submit import resolve, runtime_env
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_KEYS = {"py_modules", "worker_process_setup_hook"}
+
+
+@pytest.mark.parametrize("stage", ["stage1", "stage2"])
+def test_a_real_submit_neither_carries_nor_activates_the_cpu_layer(stage, tmp_path):
+    plan = resolve(stage, None, ["init_from=null"])
+    env = runtime_env(plan)
+    assert not CPU_KEYS & set(env), env.keys()
+    assert not [k for k in env["env_vars"] if k.startswith("SEARCHRL_CPU")]
+    package = preflight.build_package(env, tmp_path / "package.zip")
+    assert not [f for f in package.files if f.startswith("rehearsal_cpu/")]
+    assert not [f for f in package.files if f.startswith(("vllm/", "flash_attn/"))]
+    assert any(f.startswith("rollout/") for f in package.files)  # the package itself is the real one
+    # The job's entry is OpenRLHF's module itself, not the rehearsal's launcher.
+    from rollout.submit import ray_command
+
+    assert ray_command(plan, None, env)[-len(plan["train_args"]) - 3 :][:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+
+
+def test_the_rehearsal_adds_exactly_the_cpu_layer(tmp_path):
+    plan = resolve("stage1", None, ["init_from=null"])
+    env = runtime_env(plan)
+    overrides = cpu_layer.cpu_overrides(plan["flags"], 1e-3)
+    cpu = cpu_layer.runtime_env_with_cpu_layer(env, overrides, tmp_path / "sync.jsonl")
+    assert set(cpu) - set(env) == CPU_KEYS
+    assert {k: v for k, v in cpu.items() if k not in CPU_KEYS | {"env_vars"}} == {
+        k: v for k, v in env.items() if k != "env_vars"
+    }
+    assert cpu["worker_process_setup_hook"] == "rehearsal_cpu.activate"
+    assert [Path(p).name for p in cpu["py_modules"]] == ["rehearsal_cpu", "vllm", "flash_attn"]
+    added = set(cpu["env_vars"]) - set(env["env_vars"])
+    assert added == {cpu_layer.OVERRIDES_ENV, cpu_layer.SYNC_LOG_ENV, "TOKENIZERS_PARALLELISM"}
+    assert all(cpu["env_vars"][k] == v for k, v in env["env_vars"].items())
+    assert json.loads(cpu["env_vars"][cpu_layer.OVERRIDES_ENV])[0]["flag"] == "ds.attn_implementation"
+
+
+@pytest.mark.parametrize("stage", ["stage1", "stage2"])
+def test_the_overrides_pass_openrlhf_checks_and_keep_the_stage_layout(stage):
+    plan = resolve(stage, None, ["init_from=null"])
+    overrides = cpu_layer.cpu_overrides(plan["flags"], 1e-3)
+    flags = {o.flag: o.value for o in overrides}
+    cpu_plan = resolve(stage, None, ["init_from=null", *(f"openrlhf.{k}={json.dumps(v)}" for k, v in flags.items())])
+    args = validated_args(cpu_plan["train_args"])
+    # OpenRLHF's own checks force flash-attention with packing: the override is re-applied after them.
+    assert args.ds.attn_implementation == "flash_attention_2"
+    assert args.ds.zero_stage == 3 and args.ds.packing_samples and args.train.colocate_all
+    assert args.vllm.enable_sleep and args.ds.enable_sleep and args.actor.gradient_checkpointing_enable
+    assert args.ds.param_dtype == "bf16" and args.vllm.sync_backend == "gloo"
+    stage_ratio = plan["flags"]["rollout.batch_size"] * plan["flags"]["rollout.n_samples_per_prompt"]
+    stage_ratio //= plan["flags"]["train.batch_size"]
+    assert args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size == stage_ratio
+    assert all(o.reason for o in overrides)
+
+
+def test_ray_ports_cannot_collide_by_construction():
+    low, _ = ephemeral_range()
+    for seed in range(200):
+        ports = ray_ports(random.Random(seed))
+        named = [ports[n] for n in RAY_NAMED_PORTS]
+        workers = range(ports["min_worker"], ports["max_worker"] + 1)
+        assert len(set(named)) == len(named)
+        assert not set(named) & set(workers), seed
+        assert max(*named, ports["max_worker"]) < low  # nothing the kernel hands out for port 0 lands there
+
+
+def test_warm_start_kinds_earn_their_documented_stage1_rewards():
+    q = warm_start.Question("Who wrote Dune?", "Frank Herbert", "wrote Dune")
+    docs = ["Title: Dune Text: Dune is a novel by Frank Herbert."]
+    want = {"correct": 1.0, "no_search": 0.5, "think_left_open": 0.5, "two_answers": 0.5, "no_answer": 0.5,
+            "query_left_open": 0.0}  # fmt: skip
+    for kind, reward in want.items():
+        messages = warm_start.trajectory(kind, "P <think>", q, docs, random.Random(0), "", 1.0)
+        solution = "".join(m["content"] for m in messages[1:])
+        searches = sum(m["role"] == "tool" for m in messages)
+        got = score_solution(solution, [q.answer], STAGE1_FORMAT, {"num_searches": searches}).reward
+        assert got == reward, (kind, got, solution)
+    assert abs(sum(warm_start.MIXTURE.values()) - 1.0) < 1e-9
+
+
+def test_sft_messages_keep_documents_out_of_the_loss(tmp_path):
+    """Through OpenRLHF's own SFTDataset with the SFT stage's chat template: the loss mask covers the
+    policy's segments and the EOS, never a token of the documents nor of the prompt."""
+    from openrlhf.datasets import SFTDataset
+
+    from rollout.tiny_policy import build_policy
+
+    solution = (
+        " I will search. <|begin_of_query|> dune author <|end_of_query|>\n\n<|begin_of_documents|>\n"
+        "(1)Dune is a novel by Frank Herbert.\n<|end_of_documents|>\n\n It is Frank Herbert. </think>\n"
+        "<answer> Frank Herbert </answer>"
+    )
+    messages = sft.trajectory_messages("Question: who wrote Dune? <think>", solution, "</s>")
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[2]["content"].startswith("<|begin_of_documents|>") and messages[3]["content"].endswith("</s>")
+    assert "".join(m["content"] for m in messages[1:]) == solution + "</s>"
+    folder = build_policy(tmp_path / "p", [solution] * 30)
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    cfg = sft.resolve([])["flags"]
+    strategy = type("S", (), {"args": type("A", (), {"data": type("D", (), {
+        "input_key": "messages", "output_key": None, "apply_chat_template": True,
+        "tokenizer_chat_template": cfg["data.tokenizer_chat_template"]})})})()  # fmt: skip
+    ds = SFTDataset(Dataset.from_list([{"messages": messages}]), tok, 4096, strategy, multiturn=True,
+                    num_processors=1)  # fmt: skip
+    ids, _, loss_mask = ds[0]
+    trained = tok.decode(ids[0][loss_mask[0].roll(1).bool()])  # the targets of the masked positions
+    assert "is a novel by" not in trained and "begin_of_documents" not in trained  # no document token is a target
+    assert "<|begin_of_query|> dune author" in trained and "<answer> Frank Herbert </answer>" in trained
+    assert trained.endswith("</s>") and "who wrote Dune" not in trained
+
+
+def test_prepare_sft_from_released_trajectories(tmp_path):
+    out = tmp_path / "sft.jsonl"
+    rc = sft.prepare_main(["--input", str(ROOT / "examples/bamboogle_llama_sample.jsonl"), "--out", str(out),
+                           "--eos", "</s>"])  # fmt: skip
+    assert rc == 0
+    rows = [json.loads(line) for line in out.open()]
+    assert len(rows) == 24 and all(r["messages"][0]["role"] == "user" for r in rows)
+    assert all(m["content"].startswith("<|begin_of_documents|>") for r in rows for m in r["messages"] if m["role"] == "tool")
+
+
+def test_sft_flags_pass_train_sft_parser():
+    plan = sft.resolve([])
+    assert "--data.multiturn" in plan["train_args"] and "--ds.zero_stage" in plan["train_args"]
+    with pytest.raises(ValueError, match="not flags"):
+        sft.resolve(["openrlhf.rollout.batch_size=3"])
