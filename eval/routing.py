@@ -9,8 +9,8 @@ the same environment step as training. The baselines ask one model the question 
 always the cheapest model, always the dearest, and a model drawn at random per question. For each:
 EM / F1 / cover-EM against the golds, cost per question, calls per question and the share of calls per
 model. Writes `routing.json`, `records.jsonl`, `routing.md` (the table) and `routing.png` (quality
-against cost). `--loopback` serves the pool on loopback from the data's own golds (search_backend.
-loopback_pool: canned answers, right more often for dearer models); `--pool-url` sends every pool model
+against cost). `--loopback` serves the pool on loopback from the data's own golds (routing/
+loopback_pool.py: canned answers, right more often for dearer models); `--pool-url` sends every pool model
 to one OpenAI-compatible server; by default the pool's own endpoints are used.
 """
 
@@ -35,11 +35,12 @@ from eval.models import resolve_model, template_config
 from eval.runner import make_engine
 from rollout.config import StageConfig, resolve_model_path
 from rollout.environment import SearchEnvironment
-from rollout.loopback_pool import repoint, start_loopback
+from rollout.service import start_loopback
 from rollout.stage_prompt import effective_model
 from rollout.templates import load_tokenizer, render_prompt
+from routing.llm_router import LLMRouterBackend, RouterConfig
+from routing.loopback_pool import repoint
 from search_backend.base import SearchError
-from search_backend.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import all_metrics, as_golds

@@ -21,10 +21,10 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from reward_server.group import EpisodeTerms
+from rollout.backends import open_backend
 from rollout.config import CONFIG_ENV, CONFIG_JSON_ENV, StageConfig
 from rollout.environment import Episode, SearchEnvironment
 from rollout.reward_client import RewardClient
-from search_backend.config import open_backend
 from searchrl.config import ConfigError
 from searchrl.protocol import END_QUERY
 

@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_server.spec import RewardSpec
+from rollout.backends import StageSearchConfig
 from rollout.stage_prompt import StagePrompt
-from search_backend.config import SearchConfig
 from searchrl.config import ConfigError, load
 
 # The resolved stage config for the agent in every vLLM engine process: inline JSON (what a Ray
@@ -116,7 +116,7 @@ class StageConfig(Strict):
     init_from: str | None = Field(None, description="a stage config whose final checkpoint is the starting policy")
     reward: RewardSpec
     episode: EpisodeConfig = EpisodeConfig()
-    search: SearchConfig = SearchConfig()
+    search: StageSearchConfig = StageSearchConfig()
     reward_server: RewardServerConfig = RewardServerConfig()
     prompt: StagePrompt | None = Field(None, description="the stage's own prompt text, over the model config's")
     openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")

@@ -27,8 +27,8 @@ import httpx
 from rollout import preflight
 from rollout.config import CONFIG_JSON_ENV, stage_package
 from rollout.rehearsal_job import MARKER
-from rollout.routed_recordings import by_price, route_trajectory
 from rollout.service import free_port, start_module, stop
+from routing.routed_recordings import by_price, route_trajectory
 from searchrl.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,7 +223,8 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
         local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
         if router is not None:
             # A routing stage's pool on loopback: canned answers to the rehearsal's questions, its prices.
-            from rollout.loopback_pool import repoint, start_loopback
+            from rollout.service import start_loopback
+            from routing.loopback_pool import repoint
 
             qa = [json.loads(line) for line in (stage_dir / "questions.jsonl").open(encoding="utf-8")]
             pool_proc, pool_url = start_loopback(router, qa, stage_dir)

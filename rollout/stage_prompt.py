@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:
     from rollout.config import ModelConfig, StageConfig
-    from search_backend.llm_router import RouterConfig
+    from routing.llm_router import RouterConfig
 
 DEFAULT_MODEL_LINE = (
     "- {name}: {description} Price ${price_prompt} per 1k prompt tokens, ${price_completion} per 1k completion "

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollout.questions import BUNDLED, dataset_name, load_questions
-from search_backend.llm_router import RouterConfig
+from routing.llm_router import RouterConfig
 from searchrl.jsonl import RecordError
 from searchrl.metrics import as_golds
 

@@ -26,8 +26,8 @@ from rollout.hub import HubError
 from rollout.prompt_data import eval_questions, question_key_of
 from rollout.stage_prompt import effective_model
 from rollout.templates import load_tokenizer, render_prompt, template_fingerprint
+from routing.llm_router import LLMRouterBackend, RouterConfig
 from search_backend.base import SearchError
-from search_backend.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import as_golds, best_over_golds

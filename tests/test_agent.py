@@ -260,7 +260,7 @@ def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, mod
 
 
 def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers, tokenizer, model):
-    from search_backend.config import SearchConfig
+    from rollout.backends import StageSearchConfig
     from tests.fakes_web import FakeControl, chat_app
 
     def ask(name):
@@ -276,7 +276,7 @@ def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers
         ]
         stage, model_cfg = stage_config(servers, "reward.cost_weight=0.5")
         stage = stage.model_copy(
-            update={"search": SearchConfig.model_validate({"backend": "router", "router": {"models": models}})}
+            update={"search": StageSearchConfig.model_validate({"backend": "router", "router": {"models": models}})}
         )
         prompt = render_prompt(model_cfg, QUESTION)
         executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")

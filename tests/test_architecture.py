@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = (
     "searchrl",
     "search_backend",
+    "routing",
     "reward_server",
     "rollout",
     "stage1_format",

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
+from rollout.backends import StageSearchConfig, open_backend
 from search_backend.base import SearchError
-from search_backend.config import SearchConfig, open_backend
 from tests.conftest import serve
 from tests.fakes_web import FakeControl, chat_app
 
@@ -28,7 +28,7 @@ def router_config(urls, retries=1):
         }
         for n in urls
     ]
-    return SearchConfig.model_validate({"backend": "router", "router": {"models": models, "retries": retries}})
+    return StageSearchConfig.model_validate({"backend": "router", "router": {"models": models, "retries": retries}})
 
 
 def test_questions_go_to_the_named_model_in_parallel_with_their_cost():
@@ -82,4 +82,4 @@ def test_a_failing_model_is_retried_then_a_typed_error():
 
 def test_router_section_is_required():
     with pytest.raises(ValueError, match="search.router: required"):
-        open_backend(SearchConfig(backend="router"))
+        open_backend(StageSearchConfig(backend="router"))

@@ -18,14 +18,14 @@ from reward_server.app import create_app as create_reward_app
 from rollout.agent import Runtime, load_agent_executor
 from rollout.config import load_stage
 from rollout.engines import SamplingParams
-from rollout.loopback_pool import create_app as create_pool_app
-from rollout.loopback_pool import repoint, skills_by_price
 from rollout.openrlhf_flags import check_args
 from rollout.rehearsal_job import ReplayVllmEngine
-from rollout.routed_recordings import by_price, route_trajectory
 from rollout.stage_prompt import effective_model
 from rollout.templates import render_prompt
 from rollout.tiny_policy import build_tokenizer
+from routing.loopback_pool import create_app as create_pool_app
+from routing.loopback_pool import repoint, skills_by_price
+from routing.routed_recordings import by_price, route_trajectory
 from searchrl.jsonl import RecordError
 from searchrl.protocol import BEGIN_DOCS, END_DOCS
 from stage_router_r1.data import read_router_records
@@ -131,7 +131,7 @@ def test_optimal_model_is_the_cheapest_right_one(tmp_path):
             "--config", str(config), "--input", str(src), "--out", str(out), "--label-optimal", "--metric", "em"
         )
         assert done.returncode == 0, done.stderr
-    from rollout.loopback_pool import CannedPool
+    from routing.loopback_pool import CannedPool
 
     canned = CannedPool(qa, skills)
     order = by_price(stage.search.router)

@@ -3,7 +3,7 @@ routing evaluations with `--engine replay`): each recorded query gets a pool mod
 `<|begin_of_query|> medium: keywords <|end_of_query|>`, escalating from the cheapest model to the
 dearest over the queries of a trajectory (a plausible policy: ask cheap first, then a stronger model).
 
-    python -m rollout.routed_recordings --config configs/stages/router_r1.yaml \
+    python -m routing.routed_recordings --config configs/stages/router_r1.yaml \
         --recordings examples/bamboogle_llama_sample.jsonl --out runs/routed.jsonl
 """
 
@@ -15,7 +15,8 @@ import re
 import sys
 from pathlib import Path
 
-from search_backend.llm_router import RouterConfig
+from routing.llm_router import RouterConfig, read_pool
+from searchrl.config import ConfigError
 from searchrl.protocol import BEGIN_QUERY, END_QUERY
 
 _QUERY = re.compile(re.escape(BEGIN_QUERY) + r"(.*?)" + re.escape(END_QUERY), re.S)
@@ -42,22 +43,19 @@ def route_trajectory(trajectory: str, names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rollout.config import StageConfig
-    from searchrl.config import load
-
     p = argparse.ArgumentParser(
-        prog="python -m rollout.routed_recordings",
+        prog="python -m routing.routed_recordings",
         description="Rewrite recorded trajectories (question, gen_text_store) so their queries name pool models.",
     )
     p.add_argument("--config", default="configs/stages/router_r1.yaml", help="stage config holding the pool")
     p.add_argument("--recordings", required=True, help="JSONL with question and gen_text_store")
     p.add_argument("--out", type=Path, required=True, help="routed recordings JSONL")
     args = p.parse_args(argv)
-    stage = load(StageConfig, args.config)
-    if stage.search.router is None:
-        print(f"error: {args.config}: search.router: no pool", file=sys.stderr)
+    try:
+        names = by_price(read_pool(args.config))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    names = by_price(stage.search.router)
     rows = [json.loads(line) for line in Path(args.recordings).read_text(encoding="utf-8").splitlines() if line]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as fh:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from routing.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig
 from search_backend.base import Passage, SearchAuthError, SearchError
-from search_backend.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig
+from searchrl.config import ConfigError, read_yaml, validate
 from searchrl.http_transport import HttpRefusedError, HttpSession, RequestEncodingError, RetryableError, RetryPolicy
 from searchrl.openai_client import ChatAnswer, OpenAIClient, key_from_env
 
@@ -44,6 +46,14 @@ class RouterConfig(BaseModel):
     policy: GMTRouterPolicyConfig | None = Field(
         None, description="picks the model for queries that name none, or `auto:` / `auto@user:` (GMTRouter)"
     )
+
+
+def read_pool(stage_config: str | Path) -> RouterConfig:
+    """The pool (`search.router`) of a stage config file, for the routing tools that need only the pool."""
+    router = (read_yaml(stage_config).get("search") or {}).get("router")
+    if router is None:
+        raise ConfigError(f"{stage_config}: search.router: no pool (a routing stage config names its models there)")
+    return validate(RouterConfig, router, f"{stage_config}: search.router")
 
 
 class RoutingPolicy(Protocol):
