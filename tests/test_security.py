@@ -8,6 +8,7 @@ SOURCES = [
     p
     for d in (
         "search_backend",
+        "routing",
         "reward_server",
         "rollout",
         "eval",
