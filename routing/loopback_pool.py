@@ -132,7 +132,9 @@ def create_app(qa: dict[str, list[str]], skills: dict[str, float]) -> FastAPI:
                 status_code=404,
                 content={"error": {"message": f"model {model!r} is not served here", "field": "model"}},
             )
-        question = str(messages[-1].get("content", ""))
+        # A framed question (the router's `framing`) ends with the question on its own line.
+        lines = [line for line in str(messages[-1].get("content", "")).splitlines() if line.strip()]
+        question = lines[-1] if lines else ""
         text = pool.answer(model, question)
         pool.calls[model] += 1
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
