@@ -18,6 +18,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import sys
 import types
 import uuid
@@ -220,7 +221,8 @@ def episode_row(sample: Any, tokenizer: Any) -> dict[str, Any]:
     info = {k: float(v.flatten()[0]) for k, v in sample.info.items() if isinstance(v, torch.Tensor)}
     text = tokenizer.decode(sample.sequences[0].tolist(), skip_special_tokens=False)
     return {
-        "question": sample.prompts[0].rsplit("User:", 1)[-1].split("\n")[0][:60],
+        # The question follows `User:` in the base template, `Question:` in Router-R1's prompt.
+        "question": re.split(r"User:|Question:", sample.prompts[0])[-1].strip().split("\n")[0][:60],
         "label": sample.labels[0],
         "reward": info.get("reward"),
         "score": info.get("score"),
