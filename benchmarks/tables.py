@@ -517,6 +517,29 @@ def gmtrouter() -> str:
     return f"{head}\n\n{body}\n\n![GMTRouter against its baselines](../benchmarks/results/gmtrouter.png)"
 
 
+def router_cost() -> str:
+    d = load("router_cost")
+    st = d["settings"]
+    head = source(
+        "router_cost",
+        d,
+        f" simulated routing, REINFORCE with a group baseline ({st['group']} samples, {st['questions_per_step']} "
+        f"questions a step, {st['steps']} steps), mean of seeds {', '.join(str(s) for s in st['seeds'])}",
+    )
+    rows = [
+        (
+            "Router-R1 cost reward, c" if r["reward"] == "router_r1" else "cost penalty, w",
+            num(r["weight"], 2),
+            num(r["accuracy"], 3),
+            num(r["cost_per_1k_questions"], 3),
+            *(f"{100 * r[f'asks_{k}']:.0f} %" for k in ("easy", "medium", "hard")),
+        )
+        for r in d["rows"]
+    ]
+    header = ["reward", "weight", "accuracy", "$ / 1k questions", "asks (easy)", "asks (medium)", "asks (hard)"]
+    return f"{head}\n\n{table(header, rows)}"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "encode": encode,
     "scale": scale,
@@ -531,6 +554,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "rollout": rollout,
     "hostile": hostile,
     "gmtrouter": gmtrouter,
+    "router-cost": router_cost,
 }
 
 

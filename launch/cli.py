@@ -52,16 +52,16 @@ COMMANDS: dict[str, Command] = {
     "eval report": Command("eval.report", "main", "rewrite results.md and results.png of an output folder"),
     "eval tiny-checkpoint": Command("rollout.tiny_policy", "main", "write a tiny random checkpoint for CPU runs"),
     "gmtrouter train": Command(
-        "search_backend.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
+        "routing.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
     ),
     "gmtrouter evaluate": Command(
-        "search_backend.gmtrouter.__main__",
+        "routing.gmtrouter.__main__",
         "main",
         "preference accuracy and NDCG@k against popularity and non-personalised routing",
         ("evaluate",),
     ),
     "gmtrouter synthesize": Command(
-        "search_backend.gmtrouter.__main__",
+        "routing.gmtrouter.__main__",
         "main",
         "synthetic users with known, differing preferences",
         ("synthesize",),

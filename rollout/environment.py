@@ -15,6 +15,7 @@ from reward_server.components import documents_contain, process_reward
 from reward_server.spec import RewardSpec
 from rollout.config import EpisodeConfig
 from rollout.reward_client import RewardClient, RewardResult
+from routing.llm_router import UNROUTED
 from search_backend.base import Passage, SearchBackend, SearchError, r1_text
 from searchrl.metrics import as_golds
 from searchrl.protocol import format_documents, last_query, split_queries
@@ -38,10 +39,13 @@ class Episode:
     gold_hits: int = 0
     num_queries: int = 0  # queries sent to the backend; more than num_searches in multi-query mode
     cost: float = 0.0  # what the backend charged (LLM routing), summed over the episode
+    unknown_models: int = 0  # routed queries whose name picked no pool model (Router-R1 punishes them)
     process_reward: float = 0.0  # the step rewards, summed
 
     def metadata(self) -> dict[str, Any]:
-        return {"num_searches": self.num_searches, "search_errors": self.search_errors}
+        found = {"num_searches": self.num_searches, "search_errors": self.search_errors}
+        # Sent only when a routed query picked no pool model, so other stages' requests stay as they were.
+        return {**found, "unknown_models": self.unknown_models} if self.unknown_models else found
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class SearchEnvironment:
                 grouped = [[next(found) for _ in qs] for qs in split]
                 texts = [self._block_texts(qs, g) for qs, g in zip(split, grouped, strict=True)]
                 costs = [sum(p.cost for hits in g for p in hits) for g in grouped]
+                unrouted = [sum(p.id == UNROUTED for hits in g for p in hits) for g in grouped]
                 failed = False
             except SearchError as e:
                 # Wrong credentials or a replay miss: every later search would fail too, so stop now.
@@ -101,14 +106,16 @@ class SearchEnvironment:
                 # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
                 texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
                 costs = [0.0] * len(searching)
+                unrouted = [0] * len(searching)
                 failed = True
             elapsed = time.perf_counter() - t0
             weight = self.process_weight
-            for i, docs, qs, cost in zip(searching, texts, split, costs, strict=True):
+            for i, docs, qs, cost, unknown in zip(searching, texts, split, costs, unrouted, strict=True):
                 ep = episodes[i]
                 action = actions[i]
                 ep.num_queries += len(qs)
                 ep.cost += cost
+                ep.unknown_models += unknown
                 ep.search_errors += failed
                 ep.search_seconds += elapsed
                 feedback = format_documents(docs, after=action)

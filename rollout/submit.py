@@ -38,6 +38,7 @@ UPLOAD = (
     "searchrl",
     "rollout",
     "search_backend",
+    "routing",
     "reward_server",
     "eval",
     "stage1_format",

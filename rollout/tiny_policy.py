@@ -106,3 +106,19 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ChatML as Qwen2.5's template writes it, its default system message included when a conversation has none.
+CHATML = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def save_chat_tokenizer(out: Path, texts: Iterable[str]) -> Path:
+    """A tiny tokenizer with a ChatML chat template, where a chat policy's own cannot be fetched (CPU runs)."""
+    tokenizer = build_tokenizer(texts, protocol_tokens=False, qwen_split=True)
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(out)
+    return out

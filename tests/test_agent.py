@@ -260,7 +260,7 @@ def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, mod
 
 
 def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers, tokenizer, model):
-    from search_backend.config import SearchConfig
+    from rollout.backends import StageSearchConfig
     from tests.fakes_web import FakeControl, chat_app
 
     def ask(name):
@@ -274,10 +274,13 @@ def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers
             {"name": "small", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 1.0},
             {"name": "big", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 4.0},
         ]
-        stage, model_cfg = stage_config(servers, "reward.cost_weight=0.5")
-        stage = stage.model_copy(
-            update={"search": SearchConfig.model_validate({"backend": "router", "router": {"models": models}})}
-        )
+        from reward_server.spec import RewardSpec
+
+        stage, model_cfg = stage_config(servers)
+        # The cost penalty, the routing reward's named alternative, charges every episode (the agent's part).
+        penalty = RewardSpec(formula="router_r1", cost_weight=0.5, cost_shape="penalty", cost_window=256)
+        search = StageSearchConfig.model_validate({"backend": "router", "router": {"models": models}})
+        stage = stage.model_copy(update={"search": search, "reward": penalty})
         prompt = render_prompt(model_cfg, QUESTION)
         executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
 
