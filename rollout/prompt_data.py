@@ -115,7 +115,8 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     duplicates = 0
     leaked: Counter[str] = Counter()
-    for row in tqdm(read_questions(args.input, args.split, args.question_key, args.answer_key), desc="questions"):
+    questions = read_questions(args.input, args.split, args.question_key, args.answer_key)
+    for number, row in enumerate(tqdm(questions, desc="questions"), start=1):
         question = str(row[args.question_key]).strip()
         key = question_key_of(question)
         if key in seen:
@@ -127,7 +128,10 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         leaked.update(hits)
         if hits and not args.keep_leaked:
             continue
-        golds = as_golds(row[args.answer_key])
+        try:
+            golds = as_golds(row[args.answer_key])
+        except TypeError as e:
+            raise RecordError(f"{args.input}: record {number}: {args.answer_key}: {e}") from None
         out = {
             "prompt": render_prompt(model, question, tokenizer),
             "label": golds[0] if len(golds) == 1 else json.dumps(golds),

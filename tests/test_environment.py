@@ -73,7 +73,7 @@ def test_reward_client_retries_until_the_server_is_back():
 
     async def late_start():
         client = RewardClient(f"http://127.0.0.1:{port}", deadline_s=30)
-        task = asyncio.create_task(client.score("x </think><answer> a </answer>", "", "a"))
+        task = asyncio.create_task(client.score("x </think><answer> b </answer>", "", "b"))
         await asyncio.sleep(0.8)
         assert not task.done()  # still retrying while nothing listens
         return client, task
@@ -95,7 +95,7 @@ def test_reward_client_does_not_retry_a_refused_sample():
         async def run():
             client = RewardClient(url, deadline_s=30)
             try:
-                await client.score("text", "not-in-text", "a")
+                await client.score("text", "not-in-text", "b")
             finally:
                 await client.aclose()
 

@@ -94,17 +94,17 @@ def test_without_prompts_the_query_is_the_solution(server):
 @pytest.mark.parametrize(
     "body,field",
     [
-        ({"query": "text", "labels": ["a"]}, "query"),
-        ({"query": [1], "labels": ["a"]}, "query.0"),
+        ({"query": "text", "labels": ["b"]}, "query"),
+        ({"query": [1], "labels": ["b"]}, "query.0"),
         ({"query": [], "labels": []}, "query"),
         ({"query": ["a"]}, "labels"),
-        ({"query": ["a", "b"], "labels": ["a"]}, "labels"),
-        ({"query": ["a"], "prompts": ["p", "q"], "labels": ["a"]}, "prompts"),
-        ({"query": ["a"], "labels": ["a"], "metadata": [{}, {}]}, "metadata"),
+        ({"query": ["a", "b"], "labels": ["b"]}, "labels"),
+        ({"query": ["a"], "prompts": ["p", "q"], "labels": ["b"]}, "prompts"),
+        ({"query": ["a"], "labels": ["b"], "metadata": [{}, {}]}, "metadata"),
         ({"query": ["a"], "labels": [3]}, "labels.0"),
-        ({"query": ["abc"], "prompts": ["zzz"], "labels": ["a"]}, "prompts.0"),
-        ({"query": ["a"] * 65, "labels": ["a"] * 65}, "query"),
-        ({"query": ["a"], "labels": ["a"], "extra": 1}, "extra"),
+        ({"query": ["abc"], "prompts": ["zzz"], "labels": ["b"]}, "prompts.0"),
+        ({"query": ["a"] * 65, "labels": ["b"] * 65}, "query"),
+        ({"query": ["a"], "labels": ["b"], "extra": 1}, "extra"),
     ],
 )
 def test_malformed_bodies_get_4xx_naming_the_field(server, body, field):
@@ -115,18 +115,38 @@ def test_malformed_bodies_get_4xx_naming_the_field(server, body, field):
     assert resp.json()["detail"].startswith(f"{field}: ")
 
 
+@pytest.mark.parametrize(
+    "label,why",
+    [
+        ("The", "gold answer 'The' normalises to nothing"),
+        (["Paris", "!"], "gold answer '!' normalises to nothing"),
+        ("", "gold answer '' normalises to nothing"),
+        ('["a", 1]', "holds '1' at position 1, of type int"),
+        ("['Paris', 'Lyon']", "looks like a list but is not JSON"),
+        ("[]", "holds no gold answer"),
+    ],
+)
+def test_labels_that_would_be_guessed_get_422_naming_the_label(server, label, why):
+    # Before: an empty answer scored EM 1 against "The", and '["a", 1]' was taken as one literal gold string.
+    url, _ = server
+    body = {"query": ["x </think><answer> </answer>", "x"], "labels": ["Paris", label]}
+    resp = httpx.post(f"{url}/get_reward", json=body)
+    assert resp.status_code == 422 and resp.json()["field"] == "labels.1"
+    assert why in resp.json()["detail"]
+
+
 def test_not_json_and_oversized(server):
     url, _ = server
     resp = httpx.post(f"{url}/get_reward", content=b"{not json", headers={"content-type": "application/json"})
     assert resp.status_code == 422
-    resp = httpx.post(f"{url}/get_reward", json={"query": ["x" * 300_000], "labels": ["a"]})
+    resp = httpx.post(f"{url}/get_reward", json={"query": ["x" * 300_000], "labels": ["b"]})
     assert resp.status_code == 413 and resp.json()["field"] == "body"
 
     def chunks():
         yield b'{"query": ["'
         for _ in range(30):
             yield b"x" * 10_000
-        yield b'"], "labels": ["a"]}'
+        yield b'"], "labels": ["b"]}'
 
     resp = httpx.post(f"{url}/get_reward", content=chunks(), headers={"content-type": "application/json"})
     assert resp.status_code == 413
@@ -134,7 +154,7 @@ def test_not_json_and_oversized(server):
 
 def test_bearer_token():
     settings = ServerSettings(spec=STAGE2_ANSWER, token="s3cret")
-    body = {"query": ["</think><answer> a </answer>"], "labels": ["a"]}
+    body = {"query": ["</think><answer> b </answer>"], "labels": ["b"]}
     with serve(create_app(settings)) as url:
         assert httpx.post(f"{url}/get_reward", json=body).status_code == 401
         bad = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer nope"})
