@@ -4,9 +4,9 @@ reward = answer_weight * answer_metric + answer_bias             (stage 2; the b
        + search_weight * [searched, blocks well formed]          (stage 1)
        + format_weight * [no violation among format_rules]       (stage 1)
        - violation_penalty * [any violation among penalty_rules] (stage 2)
-       + process_weight * [documents hold a gold answer], per search      (agent, per step)
-       + efficiency_weight * [fewer searches among correct samples]       (agent, per prompt group)
-       - cost_weight * cost / largest recent cost                         (agent, per engine process)
+       + process_weight * (best reward - reward) * [a search found a gold, no violation]   (agent)
+       + efficiency_weight * [fewer searches among correct, well-formed samples]          (agent, per group)
+       - cost_weight * cost / largest recent cost                                         (agent, per engine)
 
 The functions are in reward_server/components.py; the reward server applies the first four
 (scoring.py), the agent the last three (group.py, and the environment's step reward).
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from reward_server.format_rules import RULES
 from searchrl.config import ConfigError, apply_override, format_errors, parse_overrides, read_yaml
@@ -33,6 +33,7 @@ FORMAT_RULES = tuple(name for name in RULES if name != "tag_counts")
 class RewardSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    allow_cover_em: bool = Field(False, description="let answer_metric be cem (only to reproduce R1-Searcher)")
     answer_metric: Literal["em", "f1", "cem"] = "em"
     answer_weight: float = 1.0
     answer_bias: float = Field(0.0, description="added to the answer term whether or not the answer is right")
@@ -43,8 +44,14 @@ class RewardSpec(BaseModel):
     penalty_rules: tuple[str, ...] = Field(tuple(RULES), description="rules whose violation costs the penalty")
     max_answer_words: int = Field(10, ge=1)
     check_cjk: bool = True
+    role_leakage_scope: Literal["policy", "solution"] = Field(
+        "policy", description="role_leakage reads the policy's own text, or the whole solution with its documents"
+    )
     process_weight: float = Field(
-        0.0, ge=0, description="per search whose documents contain the gold answer (Agent-R1's idea); 0 = off"
+        0.0,
+        ge=0,
+        lt=1,
+        description="share of the gap to the best reward paid when a search found a gold answer (Agent-R1's idea)",
     )
     efficiency_weight: float = Field(
         0.0, ge=0, description="bonus for fewer searches among a group's correct samples (R1-Searcher++); 0 = off"
@@ -55,6 +62,19 @@ class RewardSpec(BaseModel):
         0.0, ge=0, description="subtract weight x the episode's search cost, normalised (Router-R1); 0 = off"
     )
     cost_window: int = Field(256, ge=1, description="recent episodes the cost is normalised over")
+
+    @field_validator("answer_metric")
+    @classmethod
+    def _cover_em_is_for_evaluation(cls, metric: str, info: ValidationInfo) -> str:
+        # Cover-EM pays any answer holding every gold word: "Paris, Lyon or Nice" scores 1 for Paris.
+        if metric == "cem" and not info.data.get("allow_cover_em"):
+            raise ValueError(
+                "cem (cover-EM) pays a list of candidates as much as the answer, since it only asks that every "
+                "gold word appear; it is R1-Searcher's evaluation metric (ACC_R), not a training reward. Train on "
+                "em or f1; allow_cover_em: true reproduces R1-Searcher's llama stage-1 reward, which has this "
+                "weakness (preset r1searcher-llama-stage1)"
+            )
+        return metric
 
     @field_validator("format_rules", "penalty_rules")
     @classmethod
@@ -108,6 +128,8 @@ COMPONENT_OF_KEY = {
     "penalty_rules": "violation",
     "max_answer_words": "format rules (max_answer_words)",
     "check_cjk": "format rules (check_cjk)",
+    "role_leakage_scope": "format rules (role_leakage_scope)",
+    "allow_cover_em": "answer",
     "process_weight": "process",
     "efficiency_weight": "efficiency",
     "efficiency_group_size": "efficiency",
@@ -119,15 +141,18 @@ COMPONENT_OF_KEY = {
 STAGE1_FORMAT = RewardSpec(answer_weight=0.0, search_weight=0.5, format_weight=0.5, violation_penalty=0.0)
 STAGE2_ANSWER = RewardSpec(answer_metric="em", violation_penalty=2.0)
 
-# Presets reproduce R1-Searcher's reward servers exactly, for side-by-side comparison runs.
+# Presets reproduce R1-Searcher's reward servers exactly, for side-by-side comparison runs, weaknesses
+# included: role_leakage reads the retrieved documents too, and the llama stage-1 reward pays cover-EM.
 PRESETS: dict[str, RewardSpec] = {
     "stage1-format": STAGE1_FORMAT,
     "stage2-answer": STAGE2_ANSWER,
     # train/reward_server_qwen_zero.py: F1, minus 2 on any format violation.
-    "r1searcher-qwen-stage2": RewardSpec(answer_metric="f1", violation_penalty=2.0),
+    "r1searcher-qwen-stage2": RewardSpec(answer_metric="f1", violation_penalty=2.0, role_leakage_scope="solution"),
     # train/reward_server_llama_stage1.py: cover-EM as +1/-1, +0.5 for searching, +0.5 for think/answer.
     "r1searcher-llama-stage1": RewardSpec(
         answer_metric="cem",
+        allow_cover_em=True,
+        role_leakage_scope="solution",
         answer_weight=2.0,
         answer_bias=-1.0,
         search_weight=0.5,
