@@ -174,9 +174,10 @@ class SearchAgentInstance(AgentInstanceBase):
         env = self.runtime.environment
         outcome = await env.step(self.episode, states["action_text"])
         if not outcome.done:
-            # OpenRLHF adds the step rewards into the episode's; the score stays the outcome's.
+            # No reward per step: OpenRLHF sums step rewards into the episode's one scalar anyway, and the
+            # process term needs the outcome (environment.finish).
             return {
-                "rewards": torch.tensor(outcome.reward),
+                "rewards": torch.tensor(0.0),
                 "scores": torch.tensor(0.0),
                 "environment_feedback": outcome.feedback,
                 "done": False,

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from reward_server.components import documents_contain, process_reward
+from reward_server.components import documents_contain, evidence_golds, process_reward
 from reward_server.spec import RewardSpec
 from rollout.config import EpisodeConfig
 from rollout.reward_client import RewardClient, RewardResult
 from search_backend.base import Passage, SearchBackend, SearchError, r1_text
-from searchrl.metrics import as_golds
+from searchrl.metrics import as_golds, normalize_answer
 from searchrl.protocol import format_documents, last_query, split_queries
 
 SEARCH_FAILED = "The search failed ({reason}); no documents are available for this query."
@@ -35,10 +35,12 @@ class Episode:
     search_errors: int = 0
     search_seconds: float = 0.0
     capped: bool = False
-    gold_hits: int = 0
+    gold_hits: int = 0  # searches whose new passages, from new queries, held a gold answer
     num_queries: int = 0  # queries sent to the backend; more than num_searches in multi-query mode
     cost: float = 0.0  # what the backend charged (LLM routing), summed over the episode
-    process_reward: float = 0.0  # the step rewards, summed
+    process_reward: float = 0.0  # the process term added to the outcome at the end
+    sent: set[str] = field(default_factory=set)  # normalised queries sent so far
+    seen: set[str] = field(default_factory=set)  # passages shown so far, by id
 
     def metadata(self) -> dict[str, Any]:
         return {"num_searches": self.num_searches, "search_errors": self.search_errors}
@@ -49,14 +51,14 @@ class StepOutcome:
     feedback: str
     done: bool
     query: str | None = None
-    reward: float = 0.0  # the process reward of this step; 0 unless reward.process_weight is set
 
 
 class SearchEnvironment:
     def __init__(self, search: SearchBackend, episode: EpisodeConfig, reward: RewardSpec | None = None) -> None:
-        """`reward`: the spec whose process weight gives each search its step reward (None: no step rewards)."""
+        """`reward`: the spec whose process weight the episode's end applies (None: no process term)."""
         self.search = search
         self.config = episode
+        self.reward = reward
         self.process_weight = reward.process_weight if reward is not None else 0.0
 
     async def step(self, ep: Episode, action_text: str) -> StepOutcome:
@@ -88,6 +90,7 @@ class SearchEnvironment:
             ]
             flat = [q for qs in split for q in qs]
             t0 = time.perf_counter()
+            grouped: list[list[list[Passage]]] = []
             try:
                 found = iter(await self.search.search(flat, cfg.top_k))
                 grouped = [[next(found) for _ in qs] for qs in split]
@@ -103,8 +106,7 @@ class SearchEnvironment:
                 costs = [0.0] * len(searching)
                 failed = True
             elapsed = time.perf_counter() - t0
-            weight = self.process_weight
-            for i, docs, qs, cost in zip(searching, texts, split, costs, strict=True):
+            for n, (i, docs, qs, cost) in enumerate(zip(searching, texts, split, costs, strict=True)):
                 ep = episodes[i]
                 action = actions[i]
                 ep.num_queries += len(qs)
@@ -113,14 +115,26 @@ class SearchEnvironment:
                 ep.search_seconds += elapsed
                 feedback = format_documents(docs, after=action)
                 ep.solution += feedback
-                hit = (
-                    weight > 0 and not failed and ep.label is not None and documents_contain(docs, as_golds(ep.label))
-                )
-                ep.gold_hits += hit
-                step_reward = process_reward(weight, hit)
-                ep.process_reward += step_reward
-                outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1], reward=step_reward)
+                if self.process_weight > 0 and not failed:
+                    ep.gold_hits += self._new_evidence(ep, qs, grouped[n])
+                outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1])
         return [o for o in outcomes if o is not None]
+
+    @staticmethod
+    def _new_evidence(ep: Episode, queries: list[str], results: list[list[Passage]]) -> bool:
+        """Whether this search brought a gold answer into view: only queries not sent before in the episode
+        count, and of their passages only those not shown before, so repeating a search earns nothing."""
+        fresh = []
+        for query, found in zip(queries, results, strict=True):
+            key = normalize_answer(query)
+            if key in ep.sent:
+                continue
+            ep.sent.add(key)
+            for passage in found:
+                if (passage.id or passage.text) not in ep.seen:
+                    ep.seen.add(passage.id or passage.text)
+                    fresh.append(r1_text(passage))
+        return ep.label is not None and documents_contain(fresh, evidence_golds(as_golds(ep.label)))
 
     @staticmethod
     def _block_texts(queries: list[str], results: list[list[Passage]]) -> list[str]:
@@ -136,7 +150,7 @@ class SearchEnvironment:
         """Score the episode, finished or cut by the context budget; the environment's own figures join
         the reward's components, under the same keys either way."""
         result = await rewards.score(ep.prompt + ep.solution, ep.prompt, ep.label, ep.metadata())
-        logs = dict(result.extra_logs)
+        reward, logs = result.reward, dict(result.extra_logs)
         logs.update(
             searched=float(ep.num_searches > 0),
             num_searches=float(ep.num_searches),
@@ -146,6 +160,11 @@ class SearchEnvironment:
             search_capped=float(ep.capped),
             budget_cut=float(budget_cut),
         )
-        if self.process_weight > 0:
+        if self.reward is not None and self.process_weight > 0:
+            violated = logs.get("format_ok", 0.0) < 1.0
+            ep.process_reward = process_reward(
+                self.process_weight, ep.gold_hits > 0, reward, self.reward.bounds()[1], violated
+            )
+            reward += ep.process_reward
             logs.update(gold_hits=float(ep.gold_hits), process_reward=ep.process_reward)
-        return RewardResult(result.reward, result.score, logs)
+        return RewardResult(reward, result.score, logs)

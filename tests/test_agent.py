@@ -201,17 +201,19 @@ def test_replay_of_a_released_trajectory(servers, tokenizer):
     assert logs(result)["has_answer"] == 1.0
 
 
-def test_process_reward_per_search_with_the_gold_in_its_documents(servers, tokenizer, model):
+def test_process_reward_is_a_share_of_the_way_up_when_the_gold_was_in_view(servers, tokenizer, model):
     stage, model_cfg = stage_config(servers, "reward.process_weight=0.5")
     prompt = render_prompt(model_cfg, QUESTION)
     engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
-    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
-    got = logs(result)
-    assert got["gold_hits"] == 1.0 and got["process_reward"] == 0.5
-    assert result["reward"] == pytest.approx(1.5)  # outcome 1.0 plus the step's 0.5, summed by OpenRLHF's loop
-    assert float(result["scores"]) == 1.0  # the score for dynamic filtering stays the outcome's
+    _, right = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    assert logs(right)["gold_hits"] == 1.0 and logs(right)["process_reward"] == 0.0
+    assert right["reward"] == 1.0  # a right answer has nothing more to earn
+    # The documents name Fort Hood, the answer does not: half the way from 0 to the best reward, 1.
+    _, wrong = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine, label="Fort Hood"))
+    assert logs(wrong)["gold_hits"] == 1.0 and wrong["reward"] == pytest.approx(0.5)
+    assert float(wrong["scores"]) == 0.0  # the score for dynamic filtering stays the outcome's
     _, missed = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine, label="Somebody Else"))
-    assert logs(missed)["gold_hits"] == 0.0
+    assert logs(missed)["gold_hits"] == 0.0 and missed["reward"] == 0.0
 
 
 def test_with_options_off_nothing_changes(servers, tokenizer, model):
