@@ -217,6 +217,8 @@ class SearchAgentExecutor(MultiTurnAgentExecutor):
         runtime = Runtime.current()
         if self.stage is not None and runtime.stage.stage != self.stage:
             raise ConfigError(f"{self.stage}/agent_func.py was given a config for {runtime.stage.stage}")
+        if runtime.environment.tokenizer is None:
+            runtime.environment.tokenizer = hf_tokenizer
         state = EpisodeState()
         token = _EPISODE.set(state)
         try:

@@ -85,6 +85,12 @@ class EpisodeConfig(Strict):
         1, ge=1, le=16, description="queries one query block may hold, split on query_separator (RAG-R1); 1 = off"
     )
     query_separator: str = Field("||", min_length=1, description="separates the queries of one block")
+    max_tokens_per_query: int | None = Field(
+        None,
+        ge=1,
+        description="each query's documents cut to this many tokens of the policy's tokenizer (words where the "
+        "environment has none), each query on its own (RAG-R1); None = uncut",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from reward_server.components import documents_contain, evidence_golds, process_reward
 from reward_server.spec import RewardSpec
@@ -46,6 +46,11 @@ class Episode:
         return {"num_searches": self.num_searches, "search_errors": self.search_errors}
 
 
+class Tokenizer(Protocol):
+    def __call__(self, text: str, add_special_tokens: bool = ...) -> Any: ...
+    def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     feedback: str
@@ -60,6 +65,8 @@ class SearchEnvironment:
         self.config = episode
         self.reward = reward
         self.process_weight = reward.process_weight if reward is not None else 0.0
+        # The policy's tokenizer, which max_tokens_per_query counts in; the agent sets it from OpenRLHF's call.
+        self.tokenizer: Tokenizer | None = None
 
     async def step(self, ep: Episode, action_text: str) -> StepOutcome:
         """Append the action; search when it asks for one, otherwise end the episode."""
@@ -136,15 +143,38 @@ class SearchEnvironment:
                     fresh.append(r1_text(passage))
         return ep.label is not None and documents_contain(fresh, evidence_golds(as_golds(ep.label)))
 
-    @staticmethod
-    def _block_texts(queries: list[str], results: list[list[Passage]]) -> list[str]:
-        """The passages of one documents block; with several queries each passage names its query,
-        numbered on through the block so the block keeps the one `(1)` form the format rules check."""
-        if len(queries) == 1:
-            return [r1_text(p) for p in results[0]] or [NOTHING_FOUND]
-        return [f"[{q}] {r1_text(p)}" for q, found in zip(queries, results, strict=True) for p in found] or [
-            NOTHING_FOUND
-        ]
+    def _block_texts(self, queries: list[str], results: list[list[Passage]]) -> list[str]:
+        """The entries of one documents block. One query per block (R1-Searcher): the numbered passages.
+        Multi-query mode (RAG-R1): one entry per query, the query and then its own documents as `Doc i:`,
+        each query's documents cut to the token budget on their own, so one query cannot crowd out another."""
+        budget = self.config.max_tokens_per_query
+        if self.config.max_queries_per_block == 1:
+            return self._within([r1_text(p) for p in results[0]], budget) or [NOTHING_FOUND]
+        entries = []
+        for query, found in zip(queries, results, strict=True):
+            docs = self._within([f"Doc {j}: {r1_text(p)}" for j, p in enumerate(found, start=1)], budget)
+            entries.append(f"Query: {query}\n" + ("\n".join(docs) or NOTHING_FOUND))
+        return entries
+
+    def _within(self, texts: list[str], budget: int | None) -> list[str]:
+        """The texts in order up to `budget` tokens in all: the one that crosses it is cut, the rest dropped."""
+        if budget is None:
+            return texts
+        kept = []
+        for text in texts:
+            if budget <= 0:
+                break
+            cut, used = self._cut(text, budget)
+            kept.append(cut)
+            budget -= used
+        return kept
+
+    def _cut(self, text: str, limit: int) -> tuple[str, int]:
+        if self.tokenizer is None:
+            words = text.split()
+            return (text, len(words)) if len(words) <= limit else (" ".join(words[:limit]), limit)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return (text, len(ids)) if len(ids) <= limit else (self.tokenizer.decode(ids[:limit]), limit)
 
     async def finish(self, ep: Episode, rewards: RewardClient, budget_cut: bool = False) -> RewardResult:
         """Score the episode, finished or cut by the context budget; the environment's own figures join

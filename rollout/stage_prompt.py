@@ -1,5 +1,6 @@
 """A stage's own prompt text, over the model config's: for a stage whose action differs from searching
-a knowledge source (LLM routing, Router-R1's idea), the prompt lists the pool it routes over.
+a knowledge source (LLM routing, Router-R1's idea), the prompt lists the pool it routes over; for one that
+sends several queries per search (RAG-R1's idea), it states the episode's limit and separator.
 
 The pool listing is filled in from the stage's `search.router` models, so the prompt a policy trains
 on always names the models, prices and latencies the backend really serves.
@@ -56,18 +57,27 @@ def pool_listing(router: RouterConfig, model_line: str = DEFAULT_MODEL_LINE) -> 
 
 
 def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
-    """The model config whose prompt the stage's policy sees: the stage's prompt, pool filled in, when
-    it has one; the model config unchanged otherwise."""
+    """The model config whose prompt the stage's policy sees: the stage's prompt, when it has one, with the
+    pool listing (`{models}`) and the episode's multi-query settings (`{max_queries}`, `{separator}`) filled
+    in; the model config unchanged otherwise."""
     prompt = stage.prompt
     if prompt is None:
         return model
-    if stage.search.router is None:
-        raise ValueError(f"{stage.stage}: prompt: lists the pool of search.router, which is not set")
-    listing = pool_listing(stage.search.router, prompt.model_line)
+    listing = ""
+    if "{models}" in (prompt.base or "") + (prompt.system or ""):
+        if stage.search.router is None:
+            raise ValueError(f"{stage.stage}: prompt: lists the pool of search.router, which is not set")
+        listing = pool_listing(stage.search.router, prompt.model_line)
+
+    def filled(text: str) -> str:
+        episode = stage.episode
+        text = text.replace("{max_queries}", str(episode.max_queries_per_block))
+        return text.replace("{separator}", episode.query_separator).replace("{models}", listing)
+
     if model.kind == "base":
         if prompt.base is None:
             raise ValueError(f"{stage.stage}: prompt.base: needed for the base model {model.name!r}")
-        return model.model_copy(update={"template": prompt.base.replace("{models}", listing)})
+        return model.model_copy(update={"template": filled(prompt.base)})
     if prompt.system is None:
         raise ValueError(f"{stage.stage}: prompt.system: needed for the chat model {model.name!r}")
-    return model.model_copy(update={"system": prompt.system.replace("{models}", listing)})
+    return model.model_copy(update={"system": filled(prompt.system)})

@@ -315,5 +315,37 @@ def test_multi_query_block_through_the_openrlhf_loop(servers, tokenizer, model):
     got = logs(result)
     assert got["num_searches"] == 1.0 and got["num_queries"] == 2.0 and got["format_ok"] == 1.0
     text = tokenizer.decode(result["observation_tokens"])[len(prompt) :]
-    assert "(1)[2009 Fort Hood shooting] " in text and "(4)[Nidal Hasan] " in text
+    assert "(1)Query: 2009 Fort Hood shooting\nDoc 1: " in text and "(2)Query: Nidal Hasan\nDoc 1: " in text
     assert result["reward"] == 1.0
+
+
+def test_rag_r1_preset_is_rag_r1s_multi_query_search(servers, tokenizer, model):
+    from rollout.stage_prompt import effective_model
+
+    search_url, reward_url = servers
+    overrides = [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0"]
+    stage, model_cfg = load_stage(ROOT / "configs/stages/rag_r1.yaml", [*overrides, "episode.max_tokens_per_query=40"])
+    assert (stage.episode.max_queries_per_block, stage.episode.query_separator, stage.episode.max_searches) == (
+        3,
+        ",",
+        4,
+    )
+    # The policy is told it may send several queries, with the limit and separator the environment applies.
+    base = effective_model(load_stage(ROOT / "configs/stages/stage2_answer.yaml")[1], stage)
+    prompt = render_prompt(base, QUESTION)
+    assert 'up to 3 short keyword queries at once, separated by ","' in prompt
+    four = "Look up four. <|begin_of_query|> 2009 Fort Hood shooting, Nidal Hasan, Fort Hood, Killeen <|end_of_query|>"
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [four, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, base, tokenizer, engine))
+    got = logs(result)
+    assert got["num_searches"] == 1.0 and got["num_queries"] == 3.0 and result["reward"] == 1.0  # RAG-R1's limit: 3
+    block = tokenizer.decode(result["observation_tokens"])[len(prompt) :].split("<|begin_of_documents|>\n")[1]
+    groups = block.split("<|end_of_documents|>")[0].split("\n(")
+    assert [g.split("\n", 1)[0].split(")", 1)[-1] for g in groups] == [
+        "Query: 2009 Fort Hood shooting",
+        "Query: Nidal Hasan",
+        "Query: Fort Hood",
+    ]
+    for group in groups:  # each query's documents cut to 40 tokens on their own, none crowded out
+        docs = group.split("\n", 1)[1]
+        assert docs.startswith("Doc 1: ") and 30 < len(tokenizer(docs.strip())["input_ids"]) <= 41

@@ -128,7 +128,11 @@ def test_leakage_and_duplicates_are_reported(tmp_path):
 @pytest.mark.parametrize("stage", ["stage1_format", "stage2_answer"])
 @pytest.mark.parametrize(
     "answer,why",
-    [("An", "gold answer 'An' normalises to nothing"), ('["a", 1]', "of type int"), (["Paris", "."], "'.' normalises")],
+    [
+        ("An", "gold answer 'An' normalises to nothing"),
+        ('["a", 1]', "of type int"),
+        (["Paris", "."], "'.' normalises"),
+    ],
 )
 def test_golds_that_cannot_be_read_are_refused_naming_the_record(tmp_path, stage, answer, why):
     src = tmp_path / "in.jsonl"
@@ -136,6 +140,32 @@ def test_golds_that_cannot_be_read_are_refused_naming_the_record(tmp_path, stage
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = prepare(stage, "--input", str(src), "--out", str(tmp_path / "out.jsonl"))
     assert res.returncode == 2 and f"{src}: record 2: answer: " in res.stderr and why in res.stderr
+
+
+def test_rag_r1_data_is_rendered_with_its_multi_query_prompt(tmp_path):
+    from rollout import preflight
+    from rollout.config import load_stage
+    from rollout.stage_prompt import effective_model
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"question": "Who wrote On the Origin of Species?", "answer": "Charles Darwin"}) + "\n")
+    base = "configs/models/qwen2.5-7b-base.yaml"
+    stage, _ = load_stage(ROOT / "configs/stages/rag_r1.yaml")
+    model = effective_model(load_stage(ROOT / "configs/stages/stage2_answer.yaml")[1], stage)
+    flags = {"data.input_key": "prompt", "data.label_key": "label"}
+    with_prompt, plain = tmp_path / "rag.jsonl", tmp_path / "plain.jsonl"
+    res = prepare("stage2_answer", "--input", str(src), "--out", str(with_prompt), "--model", base,
+                  "--config", "configs/stages/rag_r1.yaml")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    row = json.loads(with_prompt.read_text())
+    assert 'up to 3 short keyword queries at once, separated by ","' in row["prompt"]
+    check = preflight.check_data(stage, {**flags, "data.prompt_dataset": str(with_prompt)}, model, "rag_r1")[0]
+    assert check.ok, check.detail
+    # Data rendered with the model's own prompt would train a policy that never learns it may send several
+    # queries: the preflight refuses it and says how to prepare it.
+    assert prepare("stage2_answer", "--input", str(src), "--out", str(plain), "--model", base).returncode == 0
+    check = preflight.check_data(stage, {**flags, "data.prompt_dataset": str(plain)}, model, "rag_r1")[0]
+    assert not check.ok and "--config configs/stages/rag_r1.yaml" in check.fix
 
 
 @pytest.mark.parametrize("module", ["rollout.submit", "stage1_format.prepare_data", "stage2_answer.prepare_data"])
