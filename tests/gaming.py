@@ -182,10 +182,11 @@ async def _episodes(stage: Any, model_cfg: Any, tokenizer: Any, runs: list[list[
     """Each inner list runs concurrently in one engine process (a Runtime); the lists run one after the other,
     each with a fresh Runtime, so no group-level state leaks from one row's run into the next."""
     from rollout.agent import Runtime, load_agent_executor
+    from rollout.config import stage_package
     from rollout.engines import ReplayEngine, SamplingParams
     from rollout.templates import render_prompt
 
-    executor = load_agent_executor(ROOT / f"{stage.stage}/agent_func.py")
+    executor = load_agent_executor(ROOT / f"{stage_package(stage.stage)}/agent_func.py")
     prompt = render_prompt(model_cfg, QUESTION)
     out = []
     for rows in runs:

@@ -161,3 +161,22 @@ def test_bearer_token():
         assert bad.status_code == 401 and bad.json()["field"] == "Authorization"
         ok = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and ok.json()["rewards"] == [1.0]
+
+
+def test_server_refuses_to_train_on_cover_em():
+    # Cover-EM paid "Charles Darwin, Alfred Russel Wallace, John van Wyhe" as much as the answer.
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cmd = [sys.executable, "-m", "reward_server", "--config", "configs/stages/stage2_answer.yaml", "--port", "0"]
+    out = subprocess.run([*cmd, "answer_metric=cem"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "reward.answer_metric" in out.stderr and "ACC_R" in out.stderr
+    spec = PRESETS["r1searcher-llama-stage1"]  # exact to R1-Searcher's llama stage-1 reward, weakness included
+    assert spec.answer_metric == "cem" and spec.allow_cover_em
+    lists, answers = (
+        score_solution(f"x </think><answer> {a} </answer>", ["Charles Darwin"], spec).reward
+        for a in ("Charles Darwin, Alfred Russel Wallace, John van Wyhe", "Charles Darwin")
+    )
+    assert lists == answers == 1.5
