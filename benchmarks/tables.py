@@ -459,6 +459,33 @@ def rollout() -> str:
     return f"{source('rollout', d)}\n\n{table(['figure', 'value'], rows)}"
 
 
+def multi_query() -> str:
+    d = load("multi_query")
+    head = source(
+        "multi_query",
+        d,
+        f" Replayed: {d['recordings']}, {d['rounds']} passes, each episode alone, the modes alternating episode by "
+        f"episode; retrieval server in its own process over the mini index, cache off",
+    )
+    rows = [
+        (
+            label,
+            f"{r['episodes']:,}",
+            f"{r['searches_per_episode']:.2f}",
+            f"{r['queries_per_episode']:.2f}",
+            f"{1000 * r['seconds_per_episode_mean']:.0f}",
+            f"{1000 * r['seconds_per_episode_p50']:.0f}",
+            f"{r['tokens_per_episode']:,.0f}",
+        )
+        for label, r in (("single query per search (stage 2)", d["single_query"]), ("`rag_r1`", d["rag_r1"]))
+    ]
+    rows.append(("rag_r1 / single", "", f"x{d['rounds_ratio']:.2f}", "", f"x{d['seconds_ratio']:.2f}", "", ""))
+    body = table(
+        ["mode", "episodes", "search rounds / episode", "queries / episode", "ms / episode", "p50 ms", "tokens"], rows
+    )
+    return f"{head}\n\n{body}"
+
+
 def hostile() -> str:
     d = load("hostile")
     c, t = d["criteria"], d["server_timeouts"]
@@ -552,6 +579,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "reward-server": reward_server,
     "load": load_table,
     "rollout": rollout,
+    "multi-query": multi_query,
     "hostile": hostile,
     "gmtrouter": gmtrouter,
     "router-cost": router_cost,

@@ -76,7 +76,7 @@ GROUPS: dict[str, str] = {
     "reward": "serve and compute rewards",
     "data": "prepare training data",
     "data prepare": "write a stage's prompt dataset for OpenRLHF",
-    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2 or router_r1)",
+    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2, router_r1 or rag_r1)",
     "servers": "the retrieval and reward servers of a training run",
     "eval": "evaluate models and score results",
     "gmtrouter": "the personalised routing policy (GMTRouter): train, evaluate, synthetic users",

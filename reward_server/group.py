@@ -94,7 +94,9 @@ class EpisodeTerms:
         self, reward: float, logs: dict[str, float], prompt: str, num_searches: int, cost: float
     ) -> tuple[float, dict[str, float]]:
         if self.efficiency is not None:
-            correct = logs.get(self.spec.answer_metric, 0.0) >= 1.0
+            # Right by the metric and well formed: a sample that forged documents or wrote two answers must
+            # not set the group's range of search counts nor take the bonus.
+            correct = logs.get(self.spec.answer_metric, 0.0) >= 1.0 and logs.get("format_ok", 0.0) == 1.0
             bonus = await self.efficiency.bonus(prompt, num_searches, correct)
             reward, logs = reward + bonus, {**logs, "efficiency_bonus": bonus}
         if self.costs is not None:

@@ -37,7 +37,9 @@ def score_solution(
     if spec.formula == "router_r1":
         return SampleScore(*score_router_r1(solution, golds, spec, metadata))
     parsed = parse_solution(solution.strip())
-    violations = find_violations(parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk))
+    violations = find_violations(
+        parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk, spec.role_leakage_scope)
+    )
     metrics = all_metrics(parsed.answer, golds) if parsed.answer is not None else None
     answer = answer_score(metrics, spec.answer_metric)
     searched = search_well_formed(parsed, violations)

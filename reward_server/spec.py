@@ -5,8 +5,8 @@ reward = answer_weight * answer_metric + answer_bias             (stage 2; the b
        + search_weight * [searched, blocks well formed]          (stage 1)
        + format_weight * [no violation among format_rules]       (stage 1)
        - violation_penalty * [any violation among penalty_rules] (stage 2)
-       + process_weight * [documents hold a gold answer], per search      (agent, per step)
-       + efficiency_weight * [fewer searches among correct samples]       (agent, per prompt group)
+       + process_weight * (best reward - reward) * [a search found a gold, no violation]   (agent)
+       + efficiency_weight * [fewer searches among correct, well-formed samples]          (agent, per group)
 
 formula: router_r1 (Router-R1's reward, reward_server/router_r1.py)
 reward = -1 on a format violation; 0 when wrong; when right: (1 - cost_weight) * answer_metric
@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from reward_server.format_rules import RULES
 from searchrl.config import ConfigError, apply_override, format_errors, parse_overrides, read_yaml
@@ -41,6 +41,7 @@ class RewardSpec(BaseModel):
     formula: Literal["searchrl", "router_r1"] = Field(
         "searchrl", description="searchrl: the weighted components below; router_r1: Router-R1's reward"
     )
+    allow_cover_em: bool = Field(False, description="let answer_metric be cem (only to reproduce R1-Searcher)")
     answer_metric: Literal["em", "f1", "cem"] = "em"
     answer_weight: float = 1.0
     answer_bias: float = Field(0.0, description="added to the answer term whether or not the answer is right")
@@ -51,8 +52,14 @@ class RewardSpec(BaseModel):
     penalty_rules: tuple[str, ...] = Field(tuple(RULES), description="rules whose violation costs the penalty")
     max_answer_words: int = Field(10, ge=1)
     check_cjk: bool = True
+    role_leakage_scope: Literal["policy", "solution"] = Field(
+        "policy", description="role_leakage reads the policy's own text, or the whole solution with its documents"
+    )
     process_weight: float = Field(
-        0.0, ge=0, description="per search whose documents contain the gold answer (Agent-R1's idea); 0 = off"
+        0.0,
+        ge=0,
+        lt=1,
+        description="share of the gap to the best reward paid when a search found a gold answer (Agent-R1's idea)",
     )
     efficiency_weight: float = Field(
         0.0, ge=0, description="bonus for fewer searches among a group's correct samples (R1-Searcher++); 0 = off"
@@ -72,6 +79,19 @@ class RewardSpec(BaseModel):
         description="router_r1: Router-R1's cost reward on right answers; penalty: minus cost_weight x cost / "
         "largest recent cost on every episode (measured in benchmarks/router_cost.py)",
     )
+
+    @field_validator("answer_metric")
+    @classmethod
+    def _cover_em_is_for_evaluation(cls, metric: str, info: ValidationInfo) -> str:
+        # Cover-EM pays any answer holding every gold word: "Paris, Lyon or Nice" scores 1 for Paris.
+        if metric == "cem" and not info.data.get("allow_cover_em"):
+            raise ValueError(
+                "cem (cover-EM) pays a list of candidates as much as the answer, since it only asks that every "
+                "gold word appear; it is R1-Searcher's evaluation metric (ACC_R), not a training reward. Train on "
+                "em or f1; allow_cover_em: true reproduces R1-Searcher's llama stage-1 reward, which has this "
+                "weakness (preset r1searcher-llama-stage1)"
+            )
+        return metric
 
     @field_validator("format_rules", "penalty_rules")
     @classmethod
@@ -145,6 +165,8 @@ COMPONENT_OF_KEY = {
     "penalty_rules": "violation",
     "max_answer_words": "format rules (max_answer_words)",
     "check_cjk": "format rules (check_cjk)",
+    "role_leakage_scope": "format rules (role_leakage_scope)",
+    "allow_cover_em": "answer",
     "process_weight": "process",
     "efficiency_weight": "efficiency",
     "efficiency_group_size": "efficiency",
@@ -172,17 +194,20 @@ SEARCHRL_ONLY = (
 STAGE1_FORMAT = RewardSpec(answer_weight=0.0, search_weight=0.5, format_weight=0.5, violation_penalty=0.0)
 STAGE2_ANSWER = RewardSpec(answer_metric="em", violation_penalty=2.0)
 
-# Presets reproduce the original reward servers exactly, for side-by-side comparison runs.
+# Presets reproduce the original reward servers exactly, for side-by-side comparison runs, weaknesses
+# included: R1-Searcher's role_leakage reads the retrieved documents too, its llama stage-1 reward pays cover-EM.
 PRESETS: dict[str, RewardSpec] = {
     "stage1-format": STAGE1_FORMAT,
     "stage2-answer": STAGE2_ANSWER,
     # Router-R1's train.sh: reward_metric em, cost_coe 0.0 (its main_ppo.py window of 1,000 episodes).
     "router_r1": RewardSpec(formula="router_r1"),
     # train/reward_server_qwen_zero.py: F1, minus 2 on any format violation.
-    "r1searcher-qwen-stage2": RewardSpec(answer_metric="f1", violation_penalty=2.0),
+    "r1searcher-qwen-stage2": RewardSpec(answer_metric="f1", violation_penalty=2.0, role_leakage_scope="solution"),
     # train/reward_server_llama_stage1.py: cover-EM as +1/-1, +0.5 for searching, +0.5 for think/answer.
     "r1searcher-llama-stage1": RewardSpec(
         answer_metric="cem",
+        allow_cover_em=True,
+        role_leakage_scope="solution",
         answer_weight=2.0,
         answer_bias=-1.0,
         search_weight=0.5,

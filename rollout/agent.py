@@ -180,9 +180,10 @@ class SearchAgentInstance(AgentInstanceBase):
         env = self.runtime.environment
         outcome = await env.step(self.episode, states["action_text"])
         if not outcome.done:
-            # OpenRLHF adds the step rewards into the episode's; the score stays the outcome's.
+            # No reward per step: OpenRLHF sums step rewards into the episode's one scalar anyway, and the
+            # process term needs the outcome (environment.finish).
             return {
-                "rewards": torch.tensor(outcome.reward),
+                "rewards": torch.tensor(0.0),
                 "scores": torch.tensor(0.0),
                 "environment_feedback": outcome.feedback,
                 "done": False,
@@ -222,6 +223,8 @@ class SearchAgentExecutor(MultiTurnAgentExecutor):
         runtime = Runtime.current()
         if self.stage is not None and runtime.stage.stage != self.stage:
             raise ConfigError(f"{self.stage}/agent_func.py was given a config for {runtime.stage.stage}")
+        if runtime.environment.tokenizer is None:
+            runtime.environment.tokenizer = hf_tokenizer
         state = EpisodeState()
         token = _EPISODE.set(state)
         try:

@@ -89,6 +89,12 @@ class EpisodeConfig(Strict):
     stop_after_answer: bool = Field(
         False, description="end a segment at </answer>, as Router-R1 cuts its responses there (nothing after it)"
     )
+    max_tokens_per_query: int | None = Field(
+        None,
+        ge=1,
+        description="each query's documents cut to this many tokens of the policy's tokenizer (words where the "
+        "environment has none), each query on its own (RAG-R1); None = uncut",
+    )
 
     @model_validator(mode="before")
     @classmethod

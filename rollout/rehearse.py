@@ -155,7 +155,7 @@ def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -
 
 
 def _prepare(
-    stage_dir: Path, stage: str, model_config: str, prompts: int, router: RouterConfig | None = None
+    stage_dir: Path, stage: str, model_config: str, prompts: int, router: RouterConfig | None = None, package: str = ""
 ) -> tuple[Path, Path]:
     """The stage's prompt data, made by its own data preparation from the recorded questions, and
     the recordings keyed by the prompt the policy sees (for a routing stage, queries naming pool models)."""
@@ -168,8 +168,10 @@ def _prepare(
         "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in chosen)
     )
     data = stage_dir / "prompts.jsonl"
-    cmd = [sys.executable, "-m", f"{stage_package(stage)}.prepare_data", "--input", str(questions), "--out", str(data)]
-    cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
+    module = f"{package or stage_package(stage)}.prepare_data"
+    cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
+    cmd += ["--model", model_config, "--config", str(ROOT / "configs/stages" / f"{stage}.yaml")]
+    cmd += ["--keep-leaked", "--keep-duplicates"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
@@ -250,7 +252,8 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
         if model is None and (stand_in := _stand_in_chat_model(model_config, stage_dir)) is not None:
             model = model_config = stand_in
         router = base["stage"].search.router if base["stage"].search.backend == "router" else None
-        data, recordings = _prepare(stage_dir, stage, model_config, prompts, router)
+        package = stage_package(base["stage"].stage)
+        data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package)
         scale = {
             **CPU_SCALE,
             "rollout.n_samples_per_prompt": n,

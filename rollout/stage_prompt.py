@@ -1,5 +1,6 @@
 """A stage's own prompt text, over the model config's: for a stage whose action differs from searching
-a knowledge source (LLM routing, Router-R1's idea), the prompt lists the pool it routes over.
+a knowledge source (LLM routing, Router-R1's idea), the prompt lists the pool it routes over; for one that
+sends several queries per search (RAG-R1's idea), it states the episode's limit and separator.
 
 The pool listing is filled in from the stage's `search.router` models, so the prompt a policy trains
 on always names the models, prices and latencies the backend really serves.
@@ -60,17 +61,24 @@ def pool_listing(router: RouterConfig, model_line: str = DEFAULT_MODEL_LINE) -> 
 
 
 def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
-    """The model config whose prompt the stage's policy sees: the stage's prompt, pool filled in ({models}:
-    the listing, {names}: the names, comma-separated), when it has one; the model config unchanged otherwise."""
+    """The model config whose prompt the stage's policy sees: the stage's prompt, when it has one, with the
+    pool filled in ({models}: the listing, {names}: the names, comma-separated) and the episode's multi-query
+    settings ({max_queries}, {separator}); the model config unchanged otherwise."""
     prompt = stage.prompt
     if prompt is None:
         return model
-    if stage.search.router is None:
-        raise ValueError(f"{stage.stage}: prompt: lists the pool of search.router, which is not set")
-    names = ", ".join(m.name for m in stage.search.router.models)
-    listing = pool_listing(stage.search.router, prompt.model_line)
+    text = "".join(t or "" for t in (prompt.base, prompt.system, prompt.user))
+    listing, names = "", ""
+    if "{models}" in text or "{names}" in text:
+        if stage.search.router is None:
+            raise ValueError(f"{stage.stage}: prompt: lists the pool of search.router, which is not set")
+        names = ", ".join(m.name for m in stage.search.router.models)
+        listing = pool_listing(stage.search.router, prompt.model_line)
 
     def fill(text: str) -> str:
+        episode = stage.episode
+        text = text.replace("{max_queries}", str(episode.max_queries_per_block))
+        text = text.replace("{separator}", episode.query_separator)
         return text.replace("{models}", listing).replace("{names}", names)
 
     if model.kind == "base":
