@@ -3,7 +3,7 @@
     python -m benchmarks.gmtrouter [--seen-users 300] [--new-users 100] [--epochs 60] [--seeds 0,1,2]
         [--out benchmarks/results/gmtrouter.json] [--png benchmarks/results/gmtrouter.png]
 
-Synthetic users (search_backend/gmtrouter/synthetic.py: persona taste x topic skill, noisy ratings).
+Synthetic users (routing/gmtrouter/synthetic.py: persona taste x topic skill, noisy ratings).
 The router trains on the earliest 70% of the seen users' sessions; it is scored on those users' later
 sessions and on new users, whose first 3 sessions are their only context. Preference accuracy and
 NDCG@3 for the three methods side by side, per seed, and the personalised router's margins.
@@ -23,8 +23,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 
-from search_backend.gmtrouter.evaluate import METHODS, heldout_experiment  # noqa: E402
-from search_backend.gmtrouter.train import TrainConfig  # noqa: E402
+from routing.gmtrouter.evaluate import METHODS, heldout_experiment  # noqa: E402
+from routing.gmtrouter.train import TrainConfig  # noqa: E402
 
 SPLITS = {"seen_users_later_sessions": "seen users, later sessions", "new_users": "new users (3 sessions)"}
 

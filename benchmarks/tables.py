@@ -459,6 +459,33 @@ def rollout() -> str:
     return f"{source('rollout', d)}\n\n{table(['figure', 'value'], rows)}"
 
 
+def multi_query() -> str:
+    d = load("multi_query")
+    head = source(
+        "multi_query",
+        d,
+        f" Replayed: {d['recordings']}, {d['rounds']} passes, each episode alone, the modes alternating episode by "
+        f"episode; retrieval server in its own process over the mini index, cache off",
+    )
+    rows = [
+        (
+            label,
+            f"{r['episodes']:,}",
+            f"{r['searches_per_episode']:.2f}",
+            f"{r['queries_per_episode']:.2f}",
+            f"{1000 * r['seconds_per_episode_mean']:.0f}",
+            f"{1000 * r['seconds_per_episode_p50']:.0f}",
+            f"{r['tokens_per_episode']:,.0f}",
+        )
+        for label, r in (("single query per search (stage 2)", d["single_query"]), ("`rag_r1`", d["rag_r1"]))
+    ]
+    rows.append(("rag_r1 / single", "", f"x{d['rounds_ratio']:.2f}", "", f"x{d['seconds_ratio']:.2f}", "", ""))
+    body = table(
+        ["mode", "episodes", "search rounds / episode", "queries / episode", "ms / episode", "p50 ms", "tokens"], rows
+    )
+    return f"{head}\n\n{body}"
+
+
 def hostile() -> str:
     d = load("hostile")
     c, t = d["criteria"], d["server_timeouts"]
@@ -517,6 +544,29 @@ def gmtrouter() -> str:
     return f"{head}\n\n{body}\n\n![GMTRouter against its baselines](../benchmarks/results/gmtrouter.png)"
 
 
+def router_cost() -> str:
+    d = load("router_cost")
+    st = d["settings"]
+    head = source(
+        "router_cost",
+        d,
+        f" simulated routing, REINFORCE with a group baseline ({st['group']} samples, {st['questions_per_step']} "
+        f"questions a step, {st['steps']} steps), mean of seeds {', '.join(str(s) for s in st['seeds'])}",
+    )
+    rows = [
+        (
+            "Router-R1 cost reward, c" if r["reward"] == "router_r1" else "cost penalty, w",
+            num(r["weight"], 2),
+            num(r["accuracy"], 3),
+            num(r["cost_per_1k_questions"], 3),
+            *(f"{100 * r[f'asks_{k}']:.0f} %" for k in ("easy", "medium", "hard")),
+        )
+        for r in d["rows"]
+    ]
+    header = ["reward", "weight", "accuracy", "$ / 1k questions", "asks (easy)", "asks (medium)", "asks (hard)"]
+    return f"{head}\n\n{table(header, rows)}"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "encode": encode,
     "scale": scale,
@@ -529,8 +579,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "reward-server": reward_server,
     "load": load_table,
     "rollout": rollout,
+    "multi-query": multi_query,
     "hostile": hostile,
     "gmtrouter": gmtrouter,
+    "router-cost": router_cost,
 }
 
 

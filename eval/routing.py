@@ -5,13 +5,15 @@ r"""Evaluate a routing policy (Router-R1) against fixed routing baselines, in th
         --engine hf --model CHECKPOINT --template base] [--loopback | --pool-url URL] [--limit N]
 
 The policy runs the stage's episode (its prompt lists the pool; it routes with `model: question`) through
-the same environment step as training. The baselines ask one model the question directly, once:
-always the cheapest model, always the dearest, and a model drawn at random per question. For each:
-EM / F1 / cover-EM against the golds, cost per question, calls per question and the share of calls per
-model. Writes `routing.json`, `records.jsonl`, `routing.md` (the table) and `routing.png` (quality
-against cost). `--loopback` serves the pool on loopback from the data's own golds (search_backend.
-loopback_pool: canned answers, right more often for dearer models); `--pool-url` sends every pool model
-to one OpenAI-compatible server; by default the pool's own endpoints are used.
+the same environment step as training. The baselines ask one model the question directly, once (Router-R1's
+single-round routing on the same pool): each pool model alone, a model drawn at random per question, and
+the oracle router (per question the cheapest model that answers it right, from the single-model runs; an
+upper bound no single-round router beats). For each: Router-R1's EM and F1 (its qa_em.py: SQuAD
+normalisation), this project's EM / F1 / cover-EM (R1-Searcher's), cost per question, calls per question
+(its route count) and the share of calls per model. Writes `routing.json`, `records.jsonl`, `routing.md`
+(the table) and `routing.png` (quality against cost). `--loopback` serves the pool on loopback from the
+data's own golds (routing/loopback_pool.py: canned answers, right more often for dearer models);
+`--pool-url` sends every pool model to one OpenAI-compatible server; by default the pool's own endpoints.
 """
 
 from __future__ import annotations
@@ -33,19 +35,22 @@ from tqdm import tqdm
 from eval.generation import GenParams, run_episodes
 from eval.models import resolve_model, template_config
 from eval.runner import make_engine
+from reward_server import router_r1
 from rollout.config import StageConfig, resolve_model_path
 from rollout.environment import SearchEnvironment
-from rollout.loopback_pool import repoint, start_loopback
+from rollout.service import start_loopback
 from rollout.stage_prompt import effective_model
 from rollout.templates import load_tokenizer, render_prompt
+from routing.llm_router import LLMRouterBackend, RouterConfig
+from routing.loopback_pool import repoint
 from search_backend.base import SearchError
-from search_backend.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.protocol import parse_solution
 
-METRICS = ("em", "f1", "cem")
+METRICS = ("rr_em", "rr_f1", "em", "f1", "cem")
+LABELS = {"rr_em": "EM (Router-R1)", "rr_f1": "F1 (Router-R1)", "em": "EM", "f1": "F1", "cem": "CEM"}
 
 
 @dataclass
@@ -65,7 +70,11 @@ class Tally:
                 "answer": answer,
                 "calls": calls,
                 "cost": cost,
-                "metrics": all_metrics(answer or "", golds),
+                "metrics": {
+                    "rr_em": router_r1.exact_match(answer, golds) if answer is not None else 0.0,
+                    "rr_f1": router_r1.f1(answer, golds) if answer is not None else 0.0,
+                    **all_metrics(answer or "", golds),
+                },
             }
         )
 
@@ -119,21 +128,29 @@ def price(pool: RouterConfig, name: str) -> float:
 async def run_baselines(
     questions: list[dict[str, Any]], backend: LLMRouterBackend, pool: RouterConfig, seed: int
 ) -> list[Tally]:
-    """Each question asked once, directly, of the cheapest model, the dearest, and a random one."""
+    """Each question asked once, directly, of each pool model (cheapest first), then a random model per
+    question and the oracle's pick, both read from those answers."""
     names = [m.name for m in pool.models]
     ranked = sorted(names, key=lambda n: (price(pool, n), names.index(n)))
+    answers: dict[str, list[Any]] = {}
+    for name in tqdm(ranked, desc="baselines", unit="model"):
+        found = await backend.search([f"{name}: {q['question']}" for q in questions], 1)
+        answers[name] = [passages[0] for passages in found]
     rng = random.Random(seed)
-    choices = {
-        f"always-cheapest ({ranked[0]})": [ranked[0]] * len(questions),
-        f"always-largest ({ranked[-1]})": [ranked[-1]] * len(questions),
-        "random": [rng.choice(names) for _ in questions],
+    right = {
+        n: [router_r1.exact_match(p.text, q["golds"]) for p, q in zip(answers[n], questions, strict=True)]
+        for n in ranked
     }
+    choices = {f"only {n}": [n] * len(questions) for n in ranked}
+    choices["random"] = [rng.choice(names) for _ in questions]
+    choices["oracle (cheapest right model)"] = [
+        next((n for n in ranked if right[n][i]), ranked[0]) for i in range(len(questions))
+    ]
     tallies = []
-    for label, picks in tqdm(choices.items(), desc="baselines", unit="baseline"):
+    for label, picks in choices.items():
         tally = Tally(label, "baseline")
-        found = await backend.search([f"{m}: {q['question']}" for m, q in zip(picks, questions, strict=True)], 1)
-        for q, m, passages in zip(questions, picks, found, strict=True):
-            tally.add(q["question"], q["golds"], passages[0].text, [m], passages[0].cost)
+        for i, (q, m) in enumerate(zip(questions, picks, strict=True)):
+            tally.add(q["question"], q["golds"], answers[m][i].text, [m], answers[m][i].cost)
         tallies.append(tally)
     return tallies
 
@@ -184,7 +201,7 @@ def load_model_of(config: str, stage: StageConfig) -> Any:
 
 
 def table(summaries: list[dict[str, Any]], pool: list[str]) -> str:
-    head = ["policy", "n", "EM", "F1", "CEM", "cost / question", "calls / question", *(f"% {m}" for m in pool)]
+    head = ["policy", "n", *LABELS.values(), "cost / question", "calls / question", *(f"% {m}" for m in pool)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         cells = [
@@ -211,7 +228,7 @@ def plot(summaries: list[dict[str, Any]], metric: str, out: Path, title: str) ->
         ax.scatter(s["cost_per_question"], s[metric], s=160 if marker == "*" else 60, marker=marker)
         ax.annotate(s["name"], (s["cost_per_question"], s[metric]), textcoords="offset points", xytext=(6, 4))
     ax.set_xlabel("cost per question (pool prices)")
-    ax.set_ylabel(f"{metric.upper()} (mean over questions)")
+    ax.set_ylabel(f"{LABELS[metric]} (mean over questions)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.margins(x=0.25, y=0.15)
@@ -257,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None, help="first N questions")
     p.add_argument("--batch-size", type=int, default=32, help="policy episodes advanced together")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--metric", choices=METRICS, default="f1", help="quality axis of the figure (%(default)s)")
+    p.add_argument("--metric", choices=METRICS, default="rr_em", help="quality axis of the figure (%(default)s)")
     p.add_argument("--seed", type=int, default=0, help="the random baseline's draws")
     args = p.parse_args(argv)
     started = []

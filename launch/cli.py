@@ -55,16 +55,16 @@ COMMANDS: dict[str, Command] = {
     "eval report": Command("eval.report", "main", "rewrite results.md and results.png of an output folder"),
     "eval tiny-checkpoint": Command("rollout.tiny_policy", "main", "write a tiny random checkpoint for CPU runs"),
     "gmtrouter train": Command(
-        "search_backend.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
+        "routing.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
     ),
     "gmtrouter evaluate": Command(
-        "search_backend.gmtrouter.__main__",
+        "routing.gmtrouter.__main__",
         "main",
         "preference accuracy and NDCG@k against popularity and non-personalised routing",
         ("evaluate",),
     ),
     "gmtrouter synthesize": Command(
-        "search_backend.gmtrouter.__main__",
+        "routing.gmtrouter.__main__",
         "main",
         "synthetic users with known, differing preferences",
         ("synthesize",),
@@ -79,7 +79,11 @@ GROUPS: dict[str, str] = {
     "reward": "serve and compute rewards",
     "data": "prepare training data",
     "data prepare": "write a stage's prompt dataset for OpenRLHF",
+<<<<<<< HEAD
     "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2, router_r1 or sft)",
+=======
+    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2, router_r1 or rag_r1)",
+>>>>>>> main
     "servers": "the retrieval and reward servers of a training run",
     "eval": "evaluate models and score results",
     "gmtrouter": "the personalised routing policy (GMTRouter): train, evaluate, synthetic users",

@@ -2,18 +2,21 @@
 
 Stage 1 teaches the model to call search: `search` (it searched, every query/documents block well formed)
 and `format` (no format rule broken). Stage 2 builds on stage 1's format rules: `answer` (the answer metric)
-and `violation` (any broken rule costs the penalty). The options beyond R1-Searcher are `process` (per search
-whose documents hold a gold answer), `efficiency` (fewer searches among a group's correct samples) and `cost`
-(the episode's search spend); the agent computes those three, with the spec's weights, through this package.
-reward_server/spec.py names every component with its weight; scoring.py and group.py combine them.
+and `violation` (any broken rule costs the penalty). The options beyond R1-Searcher are `process` (a share
+of the way to the best reward when a search brought a gold answer into view), `efficiency` (fewer searches
+among a group's correct samples) and `cost` (the episode's search spend); the agent computes those three,
+with the spec's weights, through this package. reward_server/spec.py names every component with its weight;
+scoring.py and group.py combine them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from searchrl.metrics import normalize_answer
+from searchrl.metrics import YES_NO, normalize_answer
 from searchrl.protocol import ParsedSolution
+
+_YES_NO = frozenset(YES_NO)
 
 
 def search_well_formed(parsed: ParsedSolution, violations: Mapping[str, bool]) -> float:
@@ -60,25 +63,44 @@ def answer_score(answer_metrics: Mapping[str, float] | None, metric: str) -> flo
     return answer_metrics[metric]
 
 
-def documents_contain(texts: list[str], golds: list[str]) -> bool:
-    """Whether any gold answer appears, as whole normalised tokens, in the retrieved documents.
+def evidence_golds(golds: Iterable[str]) -> list[str]:
+    """The normalised golds a passage can hold as evidence. Yes/no golds are judgements, not text to find:
+    "No. 1 single" normalises to hold "no", so any search would count.
 
-    >>> documents_contain(["(1)Paris is the capital of France."], ["paris"])
+    >>> evidence_golds(["The Beatles", "no", "Yes", "True"])
+    ['beatles']
+    """
+    return [g for g in (normalize_answer(gold) for gold in golds) if g and g not in _YES_NO]
+
+
+def documents_contain(texts: list[str], evidence: list[str]) -> bool:
+    """Whether any evidence gold (see `evidence_golds`) appears, as whole normalised tokens, in the texts.
+
+    >>> documents_contain(["Paris is the capital of France."], evidence_golds(["Paris"]))
     True
-    >>> documents_contain(["(1)Parisian cafés"], ["Paris"])
-    False
+    >>> documents_contain(["Parisian cafés"], ["paris"]), documents_contain(["No. 1 single"], evidence_golds(["no"]))
+    (False, False)
     """
+    if not evidence or not texts:
+        return False
     haystack = f" {normalize_answer(' '.join(texts))} "
-    return any(g and f" {g} " in haystack for g in (normalize_answer(gold) for gold in golds))
+    return any(f" {g} " in haystack for g in evidence)
 
 
-def process_reward(weight: float, gold_in_documents: bool) -> float:
-    """The step reward of one search: `weight` when its documents hold a gold answer (Agent-R1's idea).
+def process_reward(weight: float, found: bool, reward: float, best: float, violated: bool) -> float:
+    """The process term of an episode: `weight` (< 1) of the gap between its reward and the best reward the
+    spec gives, when a search brought a gold answer into view and no format rule was broken. A right answer
+    (reward == best) gets nothing more, a wrong one at most `weight` of the way up: the term can never lift a
+    sample to, let alone above, a right one (Agent-R1's per-call rewards, bounded by the outcome).
 
-    >>> process_reward(0.5, True), process_reward(0.5, False)
+    >>> process_reward(0.5, True, 0.0, 1.0, False), process_reward(0.5, True, 1.0, 1.0, False)
     (0.5, 0.0)
+    >>> process_reward(0.5, True, -2.0, 1.0, True), process_reward(0.5, False, 0.0, 1.0, False)
+    (0.0, 0.0)
     """
-    return weight * gold_in_documents
+    if not found or violated:
+        return 0.0
+    return weight * max(0.0, best - reward)
 
 
 def efficiency_bonuses(searches: list[int], correct: list[bool], weight: float) -> list[float]:

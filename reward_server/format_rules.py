@@ -27,6 +27,8 @@ class FormatContext:
     max_answer_words: int = 10
     check_cjk: bool = True
     num_searches: int | None = None
+    # "policy": the policy's own text only; "solution": retrieved documents too, as R1-Searcher's reward does.
+    role_leakage_scope: str = "policy"
 
 
 def tag_counts(p: ParsedSolution, ctx: FormatContext) -> bool:
@@ -50,8 +52,10 @@ def answer_too_long(p: ParsedSolution, ctx: FormatContext) -> bool:
 
 
 def role_leakage(p: ParsedSolution, ctx: FormatContext) -> bool:
-    # One scan for the shared tail instead of one per spelling: this runs on every scored sample.
-    text, at = p.text, p.text.find("ssistant")
+    # A retrieved passage that mentions an assistant is not the policy leaking a role, so by default only the
+    # policy's own text is read. One scan for the shared tail instead of one per spelling: this runs per sample.
+    text = p.text if ctx.role_leakage_scope == "solution" else p.outside_documents
+    at = text.find("ssistant")
     while at > 0:
         if text[at - 1] in "Aa":
             return True
@@ -89,14 +93,18 @@ def find_violations(p: ParsedSolution, ctx: FormatContext) -> dict[str, bool]:
     return {name: rule(p, ctx) for name, rule in RULES.items()}
 
 
-def context_from_metadata(metadata: Mapping[str, Any] | None, max_answer_words: int, check_cjk: bool) -> FormatContext:
+def context_from_metadata(
+    metadata: Mapping[str, Any] | None, max_answer_words: int, check_cjk: bool, role_leakage_scope: str = "policy"
+) -> FormatContext:
     """The rules' context; a num_searches that is not a finite count >= 0 counts as not reported."""
     searches = (metadata or {}).get("num_searches")
     valid = isinstance(searches, int | float) and not isinstance(searches, bool) and 0 <= searches < float("inf")
-    return _context(max_answer_words, check_cjk, int(searches) if valid else None)
+    return _context(max_answer_words, check_cjk, int(searches) if valid else None, role_leakage_scope)
 
 
 # Contexts repeat (a few limits, a few search counts); the reward server builds one per scored sample.
 @lru_cache(maxsize=1024)
-def _context(max_answer_words: int, check_cjk: bool, num_searches: int | None) -> FormatContext:
-    return FormatContext(max_answer_words=max_answer_words, check_cjk=check_cjk, num_searches=num_searches)
+def _context(
+    max_answer_words: int, check_cjk: bool, num_searches: int | None, role_leakage_scope: str
+) -> FormatContext:
+    return FormatContext(max_answer_words, check_cjk, num_searches, role_leakage_scope)

@@ -1,5 +1,5 @@
 """The group-level terms the agent settles in its engine process, with the spec's weights: the efficiency
-bonus (needs the rest of the prompt's group) and the cost penalty (needs recent episodes' spend).
+bonus (needs the rest of the prompt's group) and Router-R1's cost reward (needs recent episodes' spend).
 
 OpenRLHF runs all samples of one prompt together in one engine process (`generate_responses`), so the
 bonus is settled there: each finished sample waits for the rest of its group, within a timeout.
@@ -8,10 +8,12 @@ bonus is settled there: each finished sample waits for the rest of its group, wi
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from reward_server.components import cost_penalty, efficiency_bonuses
+from reward_server.router_r1 import cost_reward
 from reward_server.spec import RewardSpec
 
 
@@ -50,7 +52,7 @@ class GroupBonus:
 
 
 class RollingCost:
-    """The cost penalty over a rolling window of this engine process's recent episodes."""
+    """The cost penalty (`cost_shape: penalty`) over a rolling window of this engine process's recent episodes."""
 
     def __init__(self, weight: float, window: int) -> None:
         self.weight = weight
@@ -59,6 +61,18 @@ class RollingCost:
     def penalty(self, cost: float) -> float:
         self.recent.append(cost)
         return cost_penalty(self.weight, cost, self.recent)
+
+
+class RollingCostReward:
+    """Router-R1's cost reward over a rolling window of this engine process's recent episodes. Every
+    episode enters the window, right or wrong, as in the original (its main_ppo.py normalize_reward)."""
+
+    def __init__(self, window: int) -> None:
+        self.recent: deque[float] = deque(maxlen=window)
+
+    def reward(self, cost: float) -> float:
+        self.recent.append(math.sqrt(max(cost, 0.0)))
+        return cost_reward(self.recent)
 
 
 class EpisodeTerms:
@@ -70,16 +84,28 @@ class EpisodeTerms:
         if spec.efficiency_weight > 0:
             size = spec.efficiency_group_size or samples_per_prompt
             self.efficiency = GroupBonus(size, spec.efficiency_weight, spec.efficiency_timeout_s)
-        self.costs = RollingCost(spec.cost_weight, spec.cost_window) if spec.cost_weight > 0 else None
+        routing = spec.formula == "router_r1"
+        self.costs = RollingCostReward(spec.cost_window) if routing and spec.cost_shape == "router_r1" else None
+        self.penalties = (
+            RollingCost(spec.cost_weight, spec.cost_window) if routing and spec.cost_shape == "penalty" else None
+        )
 
     async def settle(
         self, reward: float, logs: dict[str, float], prompt: str, num_searches: int, cost: float
     ) -> tuple[float, dict[str, float]]:
         if self.efficiency is not None:
-            correct = logs.get(self.spec.answer_metric, 0.0) >= 1.0
+            # Right by the metric and well formed: a sample that forged documents or wrote two answers must
+            # not set the group's range of search counts nor take the bonus.
+            correct = logs.get(self.spec.answer_metric, 0.0) >= 1.0 and logs.get("format_ok", 0.0) == 1.0
             bonus = await self.efficiency.bonus(prompt, num_searches, correct)
             reward, logs = reward + bonus, {**logs, "efficiency_bonus": bonus}
         if self.costs is not None:
-            penalty = self.costs.penalty(cost)
+            # Router-R1 pays for cheapness only with a right, well-formed answer (the server says which).
+            normalised = self.costs.reward(cost)
+            if logs.get("cost_applies"):
+                reward += self.spec.cost_weight * normalised
+            logs = {**logs, "search_cost": cost, "cost_reward": normalised}
+        if self.penalties is not None:
+            penalty = self.penalties.penalty(cost)
             reward, logs = reward - penalty, {**logs, "search_cost": cost, "cost_penalty": penalty}
         return reward, logs

@@ -8,6 +8,7 @@ from typing import Any
 
 from reward_server.components import answer_score, format_valid, format_violated, search_well_formed
 from reward_server.format_rules import context_from_metadata, find_violations
+from reward_server.router_r1 import score_router_r1
 from reward_server.spec import RewardSpec
 from searchrl.metrics import all_metrics
 from searchrl.protocol import parse_solution
@@ -33,8 +34,12 @@ def correctness(spec: RewardSpec, answer: float, searched: float, formatted: flo
 def score_solution(
     solution: str, golds: Sequence[str], spec: RewardSpec, metadata: Mapping[str, Any] | None = None
 ) -> SampleScore:
+    if spec.formula == "router_r1":
+        return SampleScore(*score_router_r1(solution, golds, spec, metadata))
     parsed = parse_solution(solution.strip())
-    violations = find_violations(parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk))
+    violations = find_violations(
+        parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk, spec.role_leakage_scope)
+    )
     metrics = all_metrics(parsed.answer, golds) if parsed.answer is not None else None
     answer = answer_score(metrics, spec.answer_metric)
     searched = search_well_formed(parsed, violations)

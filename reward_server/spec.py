@@ -1,15 +1,20 @@
 """The reward specification, the one `reward:` section of a stage config: every component with its weight.
 
+formula: searchrl (the default)
 reward = answer_weight * answer_metric + answer_bias             (stage 2; the bias is added either way)
        + search_weight * [searched, blocks well formed]          (stage 1)
        + format_weight * [no violation among format_rules]       (stage 1)
        - violation_penalty * [any violation among penalty_rules] (stage 2)
-       + process_weight * [documents hold a gold answer], per search      (agent, per step)
-       + efficiency_weight * [fewer searches among correct samples]       (agent, per prompt group)
-       - cost_weight * cost / largest recent cost                         (agent, per engine process)
+       + process_weight * (best reward - reward) * [a search found a gold, no violation]   (agent)
+       + efficiency_weight * [fewer searches among correct, well-formed samples]          (agent, per group)
 
-The functions are in reward_server/components.py; the reward server applies the first four
-(scoring.py), the agent the last three (group.py, and the environment's step reward).
+formula: router_r1 (Router-R1's reward, reward_server/router_r1.py)
+reward = -1 on a format violation; 0 when wrong; when right: (1 - cost_weight) * answer_metric
+       + cost_weight * cost_reward over the last cost_window episodes      (agent, per engine process)
+         or, cost_shape: penalty, answer_metric - cost_weight * cost / largest recent cost on every episode
+
+The functions are in reward_server/components.py and router_r1.py; the reward server applies the sample-level
+terms (scoring.py), the agent the rest (group.py, and the environment's step reward).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from reward_server.format_rules import RULES
 from searchrl.config import ConfigError, apply_override, format_errors, parse_overrides, read_yaml
@@ -33,6 +38,10 @@ FORMAT_RULES = tuple(name for name in RULES if name != "tag_counts")
 class RewardSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    formula: Literal["searchrl", "router_r1"] = Field(
+        "searchrl", description="searchrl: the weighted components below; router_r1: Router-R1's reward"
+    )
+    allow_cover_em: bool = Field(False, description="let answer_metric be cem (only to reproduce R1-Searcher)")
     answer_metric: Literal["em", "f1", "cem"] = "em"
     answer_weight: float = 1.0
     answer_bias: float = Field(0.0, description="added to the answer term whether or not the answer is right")
@@ -43,8 +52,14 @@ class RewardSpec(BaseModel):
     penalty_rules: tuple[str, ...] = Field(tuple(RULES), description="rules whose violation costs the penalty")
     max_answer_words: int = Field(10, ge=1)
     check_cjk: bool = True
+    role_leakage_scope: Literal["policy", "solution"] = Field(
+        "policy", description="role_leakage reads the policy's own text, or the whole solution with its documents"
+    )
     process_weight: float = Field(
-        0.0, ge=0, description="per search whose documents contain the gold answer (Agent-R1's idea); 0 = off"
+        0.0,
+        ge=0,
+        lt=1,
+        description="share of the gap to the best reward paid when a search found a gold answer (Agent-R1's idea)",
     )
     efficiency_weight: float = Field(
         0.0, ge=0, description="bonus for fewer searches among a group's correct samples (R1-Searcher++); 0 = off"
@@ -52,9 +67,31 @@ class RewardSpec(BaseModel):
     efficiency_group_size: int | None = Field(None, ge=2, description="default: openrlhf.rollout.n_samples_per_prompt")
     efficiency_timeout_s: float = Field(300.0, gt=0, description="longest wait for the rest of a group")
     cost_weight: float = Field(
-        0.0, ge=0, description="subtract weight x the episode's search cost, normalised (Router-R1); 0 = off"
+        0.0,
+        ge=0,
+        le=1,
+        description="formula router_r1: Router-R1's cost coefficient c, a right answer earns "
+        "(1 - c) * metric + c * cost_reward; 0 = off",
     )
-    cost_window: int = Field(256, ge=1, description="recent episodes the cost is normalised over")
+    cost_window: int = Field(1000, ge=1, description="recent episodes the cost reward is normalised over")
+    cost_shape: Literal["router_r1", "penalty"] = Field(
+        "router_r1",
+        description="router_r1: Router-R1's cost reward on right answers; penalty: minus cost_weight x cost / "
+        "largest recent cost on every episode (measured in benchmarks/router_cost.py)",
+    )
+
+    @field_validator("answer_metric")
+    @classmethod
+    def _cover_em_is_for_evaluation(cls, metric: str, info: ValidationInfo) -> str:
+        # Cover-EM pays any answer holding every gold word: "Paris, Lyon or Nice" scores 1 for Paris.
+        if metric == "cem" and not info.data.get("allow_cover_em"):
+            raise ValueError(
+                "cem (cover-EM) pays a list of candidates as much as the answer, since it only asks that every "
+                "gold word appear; it is R1-Searcher's evaluation metric (ACC_R), not a training reward. Train on "
+                "em or f1; allow_cover_em: true reproduces R1-Searcher's llama stage-1 reward, which has this "
+                "weakness (preset r1searcher-llama-stage1)"
+            )
+        return metric
 
     @field_validator("format_rules", "penalty_rules")
     @classmethod
@@ -64,8 +101,26 @@ class RewardSpec(BaseModel):
             raise ValueError(f"unknown rule(s) {unknown}; known rules: {sorted(RULES)}")
         return names
 
+    @model_validator(mode="after")
+    def _formula_keys(self) -> RewardSpec:
+        if self.formula == "searchrl":
+            if self.cost_weight > 0 or self.cost_shape != "router_r1":
+                raise ValueError(
+                    "cost_weight, cost_shape: the cost terms are the routing stage's; set `formula: router_r1`"
+                )
+            return self
+        if self.answer_metric == "cem":
+            raise ValueError("answer_metric: formula router_r1 takes em or f1, as Router-R1's reward_metric")
+        fields = type(self).model_fields
+        unused = [k for k in SEARCHRL_ONLY if getattr(self, k) != fields[k].get_default(call_default_factory=True)]
+        if unused:
+            raise ValueError(f"{', '.join(unused)}: not used by formula router_r1 (a violation gives -1 there)")
+        return self
+
     def weights(self) -> dict[str, float]:
         """Every component by name with its weight (the violation penalty counts negative)."""
+        if self.formula == "router_r1":
+            return {"answer": 1.0 - self.cost_weight, "violation": -1.0, "cost": self.cost_weight}
         return {
             "answer": self.answer_weight,
             "search": self.search_weight,
@@ -73,7 +128,6 @@ class RewardSpec(BaseModel):
             "violation": -self.violation_penalty,
             "process": self.process_weight,
             "efficiency": self.efficiency_weight,
-            "cost": -self.cost_weight,
         }
 
     def digest(self) -> str:
@@ -89,6 +143,8 @@ class RewardSpec(BaseModel):
 
     def bounds(self) -> tuple[float, float]:
         """The lowest and highest reward the reward server gives (the agent's group-level terms aside)."""
+        if self.formula == "router_r1":
+            return -1.0, 1.0 - self.cost_weight if self.cost_shape == "router_r1" else 1.0
         answer = sorted((self.answer_bias, self.answer_weight + self.answer_bias))
         bonuses = [self.search_weight, self.format_weight]
         low = answer[0] + sum(min(0.0, w) for w in bonuses) - (self.violation_penalty if self.penalty_rules else 0.0)
@@ -98,6 +154,7 @@ class RewardSpec(BaseModel):
 
 # Which component each key of the spec belongs to, so a difference names the component.
 COMPONENT_OF_KEY = {
+    "formula": "formula",
     "answer_metric": "answer",
     "answer_weight": "answer",
     "answer_bias": "answer",
@@ -108,26 +165,49 @@ COMPONENT_OF_KEY = {
     "penalty_rules": "violation",
     "max_answer_words": "format rules (max_answer_words)",
     "check_cjk": "format rules (check_cjk)",
+    "role_leakage_scope": "format rules (role_leakage_scope)",
+    "allow_cover_em": "answer",
     "process_weight": "process",
     "efficiency_weight": "efficiency",
     "efficiency_group_size": "efficiency",
     "efficiency_timeout_s": "efficiency",
     "cost_weight": "cost",
     "cost_window": "cost",
+    "cost_shape": "cost",
 }
+
+# The keys formula router_r1 leaves alone: set to anything but their defaults, they would be ignored silently.
+SEARCHRL_ONLY = (
+    "answer_weight",
+    "answer_bias",
+    "search_weight",
+    "format_weight",
+    "format_rules",
+    "violation_penalty",
+    "penalty_rules",
+    "max_answer_words",
+    "check_cjk",
+    "process_weight",
+    "efficiency_weight",
+)
 
 STAGE1_FORMAT = RewardSpec(answer_weight=0.0, search_weight=0.5, format_weight=0.5, violation_penalty=0.0)
 STAGE2_ANSWER = RewardSpec(answer_metric="em", violation_penalty=2.0)
 
-# Presets reproduce R1-Searcher's reward servers exactly, for side-by-side comparison runs.
+# Presets reproduce the original reward servers exactly, for side-by-side comparison runs, weaknesses
+# included: R1-Searcher's role_leakage reads the retrieved documents too, its llama stage-1 reward pays cover-EM.
 PRESETS: dict[str, RewardSpec] = {
     "stage1-format": STAGE1_FORMAT,
     "stage2-answer": STAGE2_ANSWER,
+    # Router-R1's train.sh: reward_metric em, cost_coe 0.0 (its main_ppo.py window of 1,000 episodes).
+    "router_r1": RewardSpec(formula="router_r1"),
     # train/reward_server_qwen_zero.py: F1, minus 2 on any format violation.
-    "r1searcher-qwen-stage2": RewardSpec(answer_metric="f1", violation_penalty=2.0),
+    "r1searcher-qwen-stage2": RewardSpec(answer_metric="f1", violation_penalty=2.0, role_leakage_scope="solution"),
     # train/reward_server_llama_stage1.py: cover-EM as +1/-1, +0.5 for searching, +0.5 for think/answer.
     "r1searcher-llama-stage1": RewardSpec(
         answer_metric="cem",
+        allow_cover_em=True,
+        role_leakage_scope="solution",
         answer_weight=2.0,
         answer_bias=-1.0,
         search_weight=0.5,

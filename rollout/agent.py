@@ -21,12 +21,12 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from reward_server.group import EpisodeTerms
+from rollout.backends import open_backend
 from rollout.config import CONFIG_ENV, CONFIG_JSON_ENV, StageConfig
 from rollout.environment import Episode, SearchEnvironment
 from rollout.reward_client import RewardClient
-from search_backend.config import open_backend
 from searchrl.config import ConfigError
-from searchrl.protocol import END_QUERY
+from searchrl.protocol import ANSWER_CLOSE, END_QUERY
 
 
 def config_source() -> str:
@@ -123,17 +123,23 @@ class SegmentEngine:
     give each segment the whole remaining budget."""
 
     def __init__(
-        self, engine: Any, max_segment_tokens: int, tokenizer: Any = None, state: EpisodeState | None = None
+        self,
+        engine: Any,
+        max_segment_tokens: int,
+        tokenizer: Any = None,
+        state: EpisodeState | None = None,
+        stop_after_answer: bool = False,
     ) -> None:
         self.engine = engine
         self.max_segment_tokens = max_segment_tokens
+        self.stops = [END_QUERY, ANSWER_CLOSE] if stop_after_answer else [END_QUERY]
         self.tokenizer = tokenizer
         self.state = state
 
     async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
         params = deepcopy(sampling_params)
         budget = params.max_tokens  # OpenRLHF sets what is left of data.max_len
-        params.stop = [END_QUERY]
+        params.stop = list(self.stops)
         params.include_stop_str_in_output = True
         params.max_tokens = min(budget or self.max_segment_tokens, self.max_segment_tokens)
         # vLLM derives internal fields (stop-string buffering) from `stop` at construction; redo that.
@@ -174,9 +180,10 @@ class SearchAgentInstance(AgentInstanceBase):
         env = self.runtime.environment
         outcome = await env.step(self.episode, states["action_text"])
         if not outcome.done:
-            # OpenRLHF adds the step rewards into the episode's; the score stays the outcome's.
+            # No reward per step: OpenRLHF sums step rewards into the episode's one scalar anyway, and the
+            # process term needs the outcome (environment.finish).
             return {
-                "rewards": torch.tensor(outcome.reward),
+                "rewards": torch.tensor(0.0),
                 "scores": torch.tensor(0.0),
                 "environment_feedback": outcome.feedback,
                 "done": False,
@@ -216,10 +223,15 @@ class SearchAgentExecutor(MultiTurnAgentExecutor):
         runtime = Runtime.current()
         if self.stage is not None and runtime.stage.stage != self.stage:
             raise ConfigError(f"{self.stage}/agent_func.py was given a config for {runtime.stage.stage}")
+        if runtime.environment.tokenizer is None:
+            runtime.environment.tokenizer = hf_tokenizer
         state = EpisodeState()
         token = _EPISODE.set(state)
         try:
-            engine = SegmentEngine(llm_engine, runtime.stage.episode.max_segment_tokens, hf_tokenizer, state)
+            episode = runtime.stage.episode
+            engine = SegmentEngine(
+                llm_engine, episode.max_segment_tokens, hf_tokenizer, state, episode.stop_after_answer
+            )
             result = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, engine, images)
         finally:
             _EPISODE.reset(token)

@@ -14,8 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reward_server.spec import RewardSpec
+from rollout.algorithms import ALGORITHMS
+from rollout.backends import StageSearchConfig
 from rollout.stage_prompt import StagePrompt
-from search_backend.config import SearchConfig
 from searchrl.config import ConfigError, load
 
 # The resolved stage config for the agent in every vLLM engine process: inline JSON (what a Ray
@@ -47,7 +48,7 @@ class ModelConfig(Strict):
     tokenizer_path: str | None = None
     template: str | None = Field(None, description="base models: the whole prompt, with {question}")
     system: str | None = Field(None, description="chat models: the system message with the search rules")
-    user: str = Field("{question}", description="chat models: the user turn, with {question}")
+    user: str = Field("{question}", description="chat models: the user turn, with {question}; may hold the rules")
     assistant_prefix: str = Field("<think>", description="chat models: text that opens the assistant turn")
 
     @model_validator(mode="after")
@@ -55,8 +56,8 @@ class ModelConfig(Strict):
         if self.kind == "base":
             if not self.template or "{question}" not in self.template:
                 raise ValueError("a base model needs `template` containing {question}")
-        elif not self.system:
-            raise ValueError("a chat model needs `system` (the search rules as a system message)")
+        elif not self.system and self.user.strip() == "{question}":
+            raise ValueError("a chat model needs `system` (the search rules as a system message) or a `user` turn")
         return self
 
     @property
@@ -85,6 +86,15 @@ class EpisodeConfig(Strict):
         1, ge=1, le=16, description="queries one query block may hold, split on query_separator (RAG-R1); 1 = off"
     )
     query_separator: str = Field("||", min_length=1, description="separates the queries of one block")
+    stop_after_answer: bool = Field(
+        False, description="end a segment at </answer>, as Router-R1 cuts its responses there (nothing after it)"
+    )
+    max_tokens_per_query: int | None = Field(
+        None,
+        ge=1,
+        description="each query's documents cut to this many tokens of the policy's tokenizer (words where the "
+        "environment has none), each query on its own (RAG-R1); None = uncut",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -116,10 +126,20 @@ class StageConfig(Strict):
     init_from: str | None = Field(None, description="a stage config whose final checkpoint is the starting policy")
     reward: RewardSpec
     episode: EpisodeConfig = EpisodeConfig()
-    search: SearchConfig = SearchConfig()
+    search: StageSearchConfig = StageSearchConfig()
     reward_server: RewardServerConfig = RewardServerConfig()
     prompt: StagePrompt | None = Field(None, description="the stage's own prompt text, over the model config's")
+    algorithm: Literal["ppo", "reinforce++"] | None = Field(
+        None, description="a flag set of rollout/algorithms.py, merged under `openrlhf:` (whose flags win)"
+    )
     openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_flags(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("algorithm") in ALGORITHMS:
+            return {**data, "openrlhf": {**ALGORITHMS[data["algorithm"]], **(data.get("openrlhf") or {})}}
+        return data
 
     @field_validator("openrlhf")
     @classmethod

@@ -193,6 +193,9 @@ def check_data(stage: StageConfig, flags: dict[str, Any], model: Any, stage_name
     prepare = (
         f"python -m {stage_package(stage.stage)}.prepare_data --model {stage.model} --input QUESTIONS --out {data}"
     )
+    if stage.prompt is not None:
+        # The stage's own prompt (RAG-R1's rules, Router-R1's pool) is rendered only through its config.
+        prepare += f" --config configs/stages/{stage_name}.yaml"
     if not data:
         return [Check("prompt data", False, "openrlhf.data.prompt_dataset is not set", prepare)]
     path = Path(str(data))

@@ -18,8 +18,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from rollout.config import ModelConfig
+from rollout.config import ModelConfig, StageConfig, resolve_model_path
 from rollout.hub import HubError, load_dataset_rows
+from rollout.stage_prompt import effective_model
 from rollout.templates import load_tokenizer, render_prompt, template_fingerprint
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError, read_jsonl
@@ -28,6 +29,7 @@ from searchrl.metrics import as_golds, best_over_golds, normalize_answer
 EVAL_DIR = Path(__file__).resolve().parent.parent / "eval" / "data"
 EVAL_SETS = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}
 DEFAULT_BUCKETS = "hard:0-2,medium:3-6,easy:7-10"
+DEFAULT_MODEL = "configs/models/qwen2.5-7b-base.yaml"
 
 
 def read_questions(source: str, split: str, question_key: str, answer_key: str) -> Iterator[dict[str, Any]]:
@@ -106,8 +108,22 @@ def mix_buckets(rows: list[dict[str, Any]], mix: dict[str, float], size: int, se
     return chosen
 
 
+def prompt_model(model_file: str | None, config: str | None) -> tuple[ModelConfig, str]:
+    """The model config whose prompt the data is rendered with, and its file: `--model` as written, or, with
+    `--config`, the stage config's own prompt (e.g. RAG-R1's multi-query rules) over its model."""
+    if config is None:
+        path = model_file or DEFAULT_MODEL
+        return load(ModelConfig, path), path
+    stage = load(StageConfig, config)
+    path = model_file or str(resolve_model_path(config, stage.model))
+    try:
+        return effective_model(load(ModelConfig, path), stage), path
+    except ValueError as e:
+        raise ConfigError(f"{config}: {e}") from None
+
+
 def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
-    model = load(ModelConfig, args.model)
+    model, model_file = prompt_model(args.model, args.config)
     tokenizer = load_tokenizer(model) if model.kind == "chat" else None
     leaks = eval_questions()
     buckets = parse_buckets(args.buckets) if stage == "stage1_format" else []
@@ -115,7 +131,8 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     duplicates = 0
     leaked: Counter[str] = Counter()
-    for row in tqdm(read_questions(args.input, args.split, args.question_key, args.answer_key), desc="questions"):
+    questions = read_questions(args.input, args.split, args.question_key, args.answer_key)
+    for number, row in enumerate(tqdm(questions, desc="questions"), start=1):
         question = str(row[args.question_key]).strip()
         key = question_key_of(question)
         if key in seen:
@@ -127,7 +144,10 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         leaked.update(hits)
         if hits and not args.keep_leaked:
             continue
-        golds = as_golds(row[args.answer_key])
+        try:
+            golds = as_golds(row[args.answer_key])
+        except TypeError as e:
+            raise RecordError(f"{args.input}: record {number}: {args.answer_key}: {e}") from None
         out = {
             "prompt": render_prompt(model, question, tokenizer),
             "label": golds[0] if len(golds) == 1 else json.dumps(golds),
@@ -147,7 +167,8 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         "stage": stage,
         "input": args.input,
         "model": model.name,
-        "model_config": str(args.model),
+        "model_config": model_file,
+        "stage_config": args.config,
         "template_sha256": template_fingerprint(model),
         "written": len(rows),
         "duplicates": duplicates,
@@ -170,8 +191,11 @@ def build_parser(stage: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--input", required=True, help="a local JSONL (question, answer[, pred_anses]) or an HF dataset name"
     )
+    p.add_argument("--model", default=None, help=f"model config whose template is used (default {DEFAULT_MODEL})")
     p.add_argument(
-        "--model", default="configs/models/qwen2.5-7b-base.yaml", help="model config whose template is used"
+        "--config",
+        default=None,
+        help="a stage config with its own prompt (configs/stages/rag_r1.yaml): its prompt over its model",
     )
     p.add_argument("--out", type=Path, required=True, help="output JSONL; a .report.json is written beside it")
     p.add_argument("--split", default="train", help="split, for a Hugging Face dataset")

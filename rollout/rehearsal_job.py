@@ -18,6 +18,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import sys
 import types
 import uuid
@@ -180,7 +181,7 @@ class CpuRolloutActor:
 
 @ray.remote
 class ZeroForwardActor:
-    """Stands in for the DeepSpeed actor/reference models' forward: log-probs of the right shape."""
+    """Stands in for the DeepSpeed actor/reference/critic models' forward: log-probs (values) of the right shape."""
 
     def forward(self, sequences: list[Any], action_mask: list[Any], attention_mask: list[Any], **kwargs: Any):
         return [torch.zeros(m.shape, dtype=torch.float32) for m in action_mask]
@@ -220,7 +221,8 @@ def episode_row(sample: Any, tokenizer: Any) -> dict[str, Any]:
     info = {k: float(v.flatten()[0]) for k, v in sample.info.items() if isinstance(v, torch.Tensor)}
     text = tokenizer.decode(sample.sequences[0].tolist(), skip_special_tokens=False)
     return {
-        "question": sample.prompts[0].rsplit("User:", 1)[-1].split("\n")[0][:60],
+        # The question follows `User:` in the base template, `Question:` in Router-R1's prompt.
+        "question": re.split(r"User:|Question:", sample.prompts[0])[-1].strip().split("\n")[0][:60],
         "label": sample.labels[0],
         "reward": info.get("reward"),
         "score": info.get("score"),
@@ -276,8 +278,10 @@ def run(args: argparse.Namespace, train_args: list[str]) -> dict[str, Any]:
 
     # OpenRLHF's trainer: experience maker over the rollout batch, then each actor's replay buffer.
     ref = CpuModelGroup() if flags.algo.kl.init_coef > 0 or flags.algo.kl.use_loss else None
+    # GAE needs a critic's values: zeros of the right shape, as the actor's log-probs are.
+    critic = CpuModelGroup() if flags.algo.advantage.estimator == "gae" else None
     maker = experience_maker_class()(
-        CpuModelGroup(), None, None, ref, FixedKLController(flags.algo.kl.init_coef), strategy, tokenizer
+        CpuModelGroup(), critic, None, ref, FixedKLController(flags.algo.kl.init_coef), strategy, tokenizer
     )
     batches_ok, batch_error, train_batches = False, None, 0
     try:

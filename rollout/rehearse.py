@@ -29,8 +29,9 @@ import httpx
 from rollout import preflight
 from rollout.config import CONFIG_JSON_ENV, stage_package
 from rollout.rehearsal_job import MARKER
-from rollout.routed_recordings import by_price, route_trajectory
 from rollout.service import free_port, start_module, stop
+from routing.llm_router import RouterConfig
+from routing.routed_recordings import by_price, route_trajectory
 from searchrl.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,8 @@ CPU_SCALE = {
     "ref.num_nodes": 1,
     "ref.num_gpus_per_node": 1,
     "vllm.num_engines": 2,
+    "critic.num_nodes": 1,
+    "critic.num_gpus_per_node": 1,
 }
 
 
@@ -208,10 +211,10 @@ def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -
 
 
 def _prepare(
-    stage_dir: Path, stage: str, model_config: str, prompts: int, route: list[str] | None = None
+    stage_dir: Path, stage: str, model_config: str, prompts: int, router: RouterConfig | None = None, package: str = ""
 ) -> tuple[Path, Path]:
     """The stage's prompt data, made by its own data preparation from the recorded questions, and
-    the recordings keyed by the prompt the policy sees (for a routing stage, queries naming `route` models)."""
+    the recordings keyed by the prompt the policy sees (for a routing stage, queries naming pool models)."""
     records = [json.loads(line) for line in RECORDINGS.open(encoding="utf-8")]
     if prompts > len(records):
         raise ConfigError(f"--episodes: at most {len(records)} prompts are recorded ({RECORDINGS.name})")
@@ -221,19 +224,57 @@ def _prepare(
         "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in chosen)
     )
     data = stage_dir / "prompts.jsonl"
-    cmd = [sys.executable, "-m", f"{stage_package(stage)}.prepare_data", "--input", str(questions), "--out", str(data)]
-    cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
+    module = f"{package or stage_package(stage)}.prepare_data"
+    cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
+    cmd += ["--model", model_config, "--config", str(ROOT / "configs/stages" / f"{stage}.yaml")]
+    cmd += ["--keep-leaked", "--keep-duplicates"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
     by_question = {json.loads(line)["question"]: json.loads(line)["prompt"] for line in data.open(encoding="utf-8")}
     recordings = {
-        by_question[r["question"]]: route_trajectory(r["gen_text_store"], route) if route else r["gen_text_store"]
+        by_question[r["question"]]: (
+            route_trajectory(r["gen_text_store"], by_price(router), router.naming == "router_r1")
+            if router
+            else r["gen_text_store"]
+        )
         for r in chosen
     }
     rec = stage_dir / "recordings.json"
     rec.write_text(json.dumps(recordings))
     return data, rec
+
+
+def _stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
+    """For a chat policy whose tokenizer cannot be fetched here, a copy of its model config rendering the
+    chat prompts with a tiny ChatML tokenizer (the job's engine replays recordings anyway); None when the
+    policy is not a chat model or its tokenizer loads."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from rollout.config import ModelConfig
+    from rollout.tiny_policy import save_chat_tokenizer
+    from searchrl.config import load
+
+    model = load(ModelConfig, model_file)
+    if model.kind != "chat":
+        return None
+    if Path(model.tokenizer).exists():
+        return None
+    try:  # the local Hugging Face cache only: no network here, and retries would cost a minute
+        AutoTokenizer.from_pretrained(model.tokenizer, local_files_only=True)
+        return None
+    except OSError:
+        pass
+    texts = [line for line in RECORDINGS.read_text(encoding="utf-8").splitlines()]
+    tokenizer = save_chat_tokenizer(stage_dir / "chat_tokenizer", texts)
+    data = {**model.model_dump(), "tokenizer_path": str(tokenizer)}
+    out = stage_dir / "model.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    print(
+        f"[rehearse] {model.tokenizer}: not available here; chat prompts rendered with a ChatML stand-in", flush=True
+    )
+    return str(out)
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -264,13 +305,21 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
     try:
         base = resolve(stage_name, model, ["init_from=null", *overrides])
         model_config = str(base["stage"].model)
+        if model is None and (stand_in := _stand_in_chat_model(model_config, stage_dir)) is not None:
+            model = model_config = stand_in
         router = base["stage"].search.router if base["stage"].search.backend == "router" else None
-        data, recordings = _prepare(stage_dir, stage, model_config, prompts, by_price(router) if router else None)
+        package = stage_package(base["stage"].stage)
+        data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package)
         scale = {
             **CPU_SCALE,
             "rollout.n_samples_per_prompt": n,
             "rollout.batch_size": prompts,
             "train.batch_size": prompts * n,
+            # Micro-batches no larger than the rehearsal's few episodes (OpenRLHF refuses fewer batches than actors).
+            **{
+                key: min(int(base["stage"].openrlhf.get(key) or 1), prompts * n)
+                for key in ("rollout.micro_batch_size", "train.micro_batch_size")
+            },
             "data.prompt_dataset": str(data),
             "ckpt.output_dir": str(stage_dir / "final"),
             "ckpt.path": str(stage_dir / "ckpt"),
@@ -279,7 +328,8 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
         local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
         if router is not None:
             # A routing stage's pool on loopback: canned answers to the rehearsal's questions, its prices.
-            from rollout.loopback_pool import repoint, start_loopback
+            from rollout.service import start_loopback
+            from routing.loopback_pool import repoint
 
             qa = [json.loads(line) for line in (stage_dir / "questions.jsonl").open(encoding="utf-8")]
             pool_proc, pool_url = start_loopback(router, qa, stage_dir)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from routing.llm_router import RouterConfig
 
 
 def free_port() -> int:
@@ -53,3 +58,16 @@ def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def start_loopback(pool: RouterConfig, qa: list[dict[str, Any]], workdir: Path) -> tuple[subprocess.Popen, str]:
+    """A loopback LLM pool server (`routing/loopback_pool.py`, free port) knowing `qa` (question, answer),
+    skills by price; returns the process and the base URL to give every pool model."""
+    from routing.loopback_pool import skills_by_price
+
+    file = workdir / "loopback_qa.jsonl"
+    file.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in qa), encoding="utf-8")
+    port = free_port()
+    skills = [arg for model, p in skills_by_price(pool).items() for arg in ("--skill", f"{model}={p}")]
+    proc = start_module("routing.loopback_pool", ["--qa", str(file), *skills], port, workdir / "loopback_pool.log")
+    return proc, f"http://127.0.0.1:{port}/v1"

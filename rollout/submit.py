@@ -28,7 +28,8 @@ from rollout.stage_prompt import effective_model
 from searchrl.config import ConfigError, load
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer", "router_r1": "router_r1"}
+# Command-line stage names and their configs; `rag_r1` is stage 2 with RAG-R1's multi-query search.
+STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer", "router_r1": "router_r1", "rag_r1": "rag_r1"}
 # Flags whose values are paths on the submitting machine: made absolute so every Ray worker, whose
 # working directory is the uploaded copy of the code, reads the same files (shared storage on a cluster).
 PATH_FLAGS = ("data.prompt_dataset", "ckpt.output_dir", "ckpt.path", "logger.tensorboard_dir", "eval.dataset")
@@ -38,6 +39,7 @@ UPLOAD = (
     "searchrl",
     "rollout",
     "search_backend",
+    "routing",
     "reward_server",
     "eval",
     "stage1_format",
@@ -112,7 +114,7 @@ def resolve(stage_name: str, model: str | None, overrides: list[str]) -> dict[st
         "flags": flags,
         "train_args": args,
         "flag_secrets": secrets,
-        "resolved_path": ROOT / "configs/resolved" / f"{stage.stage}.json",
+        "resolved_path": ROOT / "configs/resolved" / f"{STAGES[stage_name]}.json",
     }
 
 

@@ -27,10 +27,9 @@ def render_prompt(model: ModelConfig, question: str, tokenizer: ChatTokenizer | 
     else:
         if tokenizer is None:
             raise ValueError(f"model {model.name!r} is a chat model: pass its tokenizer to render the chat template")
-        messages = [
-            {"role": "system", "content": model.system},
-            {"role": "user", "content": model.user.replace("{question}", question)},
-        ]
+        # Without a system message the tokenizer's template puts its own default, as it did for Router-R1.
+        system = [{"role": "system", "content": model.system}] if model.system else []
+        messages = [*system, {"role": "user", "content": model.user.replace("{question}", question)}]
         prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt += model.assistant_prefix
     if not prompt.rstrip().endswith(THINK_OPEN):

@@ -104,9 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
 
 # The policy the training rehearsal trains: Qwen2-shaped (as R1-Searcher's Qwen-2.5 policies), small
 # enough that one REINFORCE++ step takes seconds on 2 cores. The tags stay plain text, as R1-Searcher
@@ -135,3 +132,23 @@ def build_policy(out: Path, texts: Iterable[str], seed: int = 0) -> Path:
     Qwen2ForCausalLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+# ChatML as Qwen2.5's template writes it, its default system message included when a conversation has none.
+CHATML = (
+    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def save_chat_tokenizer(out: Path, texts: Iterable[str]) -> Path:
+    """A tiny tokenizer with a ChatML chat template, where a chat policy's own cannot be fetched (CPU runs)."""
+    tokenizer = build_tokenizer(texts, protocol_tokens=False, qwen_split=True)
+    tokenizer.chat_template = CHATML
+    tokenizer.save_pretrained(out)
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""Backend selection: a pydantic config and a plain name -> class dict."""
+"""Search backend selection: a pydantic config and a plain name -> class dict. The LLM router, a backend
+of the routing package above this one, is picked by name in `rollout/backends.py`."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ from search_backend.bm25 import BM25Backend
 from search_backend.http_client import HttpSearchBackend
 from search_backend.hybrid import HybridBackend
 from search_backend.index_settings import IndexSettings
-from search_backend.llm_router import LLMRouterBackend, RouterConfig
 from search_backend.local_faiss import LocalFaissBackend
 from search_backend.web import WebSearchBackend, WebSearchConfig
 
 
 class SearchConfig(IndexSettings):
-    backend: Literal["local", "bm25", "hybrid", "http", "web", "router"] = "http"
+    backend: Literal["local", "bm25", "hybrid", "http", "web"] = "http"
     urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8002"])
     timeout_s: float = Field(default=30.0, gt=0)
     retries: int = Field(default=3, ge=0)
@@ -25,7 +25,6 @@ class SearchConfig(IndexSettings):
     backoff_max_s: float = Field(default=8.0, ge=0)
     token_env: str = "SEARCHRL_SEARCH_TOKEN"
     web: WebSearchConfig | None = Field(default=None, description="the web-search settings, for backend: web")
-    router: RouterConfig | None = Field(default=None, description="the LLM pool, for backend: router")
 
     @field_validator("urls", mode="before")
     @classmethod
@@ -41,16 +40,11 @@ BACKENDS: dict[str, type] = {
     "hybrid": HybridBackend,
     "http": HttpSearchBackend,
     "web": WebSearchBackend,
-    "router": LLMRouterBackend,
 }
 
 
 def open_backend(config: SearchConfig) -> SearchBackend:
-    # The web and router backends keep their options in sections of their own; the others read the top level.
+    # The web backend keeps its options in a section of its own; the others read the top level.
     if config.backend == "web":
         return WebSearchBackend.from_config(config.web or WebSearchConfig())
-    if config.backend == "router":
-        if config.router is None:
-            raise ValueError("search.router: required for backend: router (the pool of models)")
-        return LLMRouterBackend.from_config(config.router)
     return BACKENDS[config.backend].from_config(config)

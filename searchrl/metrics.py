@@ -15,7 +15,8 @@ from functools import lru_cache
 
 _PUNCTUATION = frozenset(string.punctuation + "\u2018\u2019\u00b4`")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_YES_NO = ("yes", "no", "noanswer")
+# Golds that are judgements rather than spans of text; F1 and the process reward treat them apart.
+YES_NO = ("yes", "no", "noanswer")
 
 
 def _bool_mapping(s: str) -> str:
@@ -62,7 +63,7 @@ def _em(pred: str, ref: str) -> float:
 
 
 def _f1(pred: str, ref: str) -> float:
-    if (pred in _YES_NO or ref in _YES_NO) and pred != ref:
+    if (pred in YES_NO or ref in YES_NO) and pred != ref:
         return 0.0
     pred_tokens, ref_tokens = pred.split(), ref.split()
     # Tokens in common, counted with multiplicity (the size of the two Counters' intersection).
@@ -111,20 +112,55 @@ def all_metrics(prediction: str, golds: Sequence[str]) -> dict[str, float]:
     return {name: max((fn(pred, ref) for ref in refs), default=0.0) for name, fn in _ON_NORMALISED.items()}
 
 
+class LabelError(TypeError):
+    """A label that cannot be read as gold answers. A TypeError, so every caller that already refuses a label
+    of the wrong type (the reward server's 422 naming `labels.i`, data preparation) refuses these too."""
+
+
 def as_golds(label: object) -> list[str]:
-    """Gold answers from a label: a string, a list of strings, or a JSON-encoded list of strings."""
+    """Gold answers from a label: a string, a list of strings, or a JSON-encoded list of strings.
+
+    Read strictly, never guessed: a string shaped like a list (`[...]`) must be a JSON list of strings, and
+    a gold that normalises to nothing (`""`, `"A"`, `"The"`, `"!"`) is refused, since an empty answer
+    would match it exactly.
+
+    >>> as_golds('["Paris", "City of Light"]'), as_golds("Paris")
+    (['Paris', 'City of Light'], ['Paris'])
+    """
     if isinstance(label, str):
         stripped = label.strip()
-        if stripped.startswith("[") and stripped.endswith("]"):
-            try:
-                decoded = json.loads(stripped)
-            except json.JSONDecodeError:
-                return [label]
-            except RecursionError:
-                raise TypeError("a label's JSON-encoded list is nested too deep; send a list of strings") from None
-            if isinstance(decoded, list) and all(isinstance(x, str) for x in decoded):
-                return decoded
-        return [label]
-    if isinstance(label, list | tuple) and all(isinstance(x, str) for x in label):
-        return list(label)
-    raise TypeError(f"a label must be a string or a list of strings, got {type(label).__name__}")
+        golds = _json_list(stripped) if stripped.startswith("[") and stripped.endswith("]") else [label]
+    elif isinstance(label, list | tuple) and all(isinstance(x, str) for x in label):
+        golds = list(label)
+    else:
+        raise TypeError(f"a label must be a string or a list of strings, got {type(label).__name__}")
+    if not golds:
+        raise LabelError("the label holds no gold answer; give at least one")
+    empty = [g for g in golds if not normalize_answer(g)]
+    if empty:
+        raise LabelError(
+            f"gold answer {empty[0]!r} normalises to nothing (articles, punctuation and space are dropped), "
+            "so an empty answer would match it; fix or drop this record"
+        )
+    return golds
+
+
+def _json_list(text: str) -> list[str]:
+    try:
+        decoded = json.loads(text)
+    except json.JSONDecodeError:
+        raise LabelError(
+            f"the label {text[:60]!r} looks like a list but is not JSON; write a JSON list of strings "
+            '(["a", "b"], double quotes) or send a list'
+        ) from None
+    except RecursionError:
+        raise LabelError("a label's JSON-encoded list is nested too deep; send a list of strings") from None
+    if not isinstance(decoded, list):
+        raise LabelError(f"the label {text[:60]!r} looks like a list but decodes to a {type(decoded).__name__}")
+    odd = next((i for i, x in enumerate(decoded) if not isinstance(x, str)), None)
+    if odd is not None:
+        raise LabelError(
+            f"the label's JSON list holds {str(decoded[odd])[:40]!r} at position {odd}, of type "
+            f"{type(decoded[odd]).__name__}; every gold answer must be a string: quote it"
+        )
+    return decoded

@@ -1,9 +1,11 @@
-"""Router-R1's data: a question, its gold answer, the candidate models with price and latency, and
+"""The routing stage's data: a question, its gold answer, the candidate models with price and latency, and
 optionally the cheapest model that answers it correctly (`optimal_model`).
 
-Records in Router-R1's JSON shape are validated (errors name the line and the field); question/answer
-sets (the bundled ones, a file, a Hugging Face dataset) are mixed into it, their candidates being the
-stage's pool. Every record becomes one line of OpenRLHF's prompt dataset (`prompt`, `label`).
+This record shape is this project's, not Router-R1's: nothing in Router-R1 has `query_type`,
+`candidate_models` or `optimal_model`; its data is verl parquet (stage_router_r1/original.py reads it and
+draws its sets). Records in this shape are validated (errors name the line and the field); question/answer
+sets (the bundled ones, a file, a Hugging Face dataset, a Router-R1 parquet file) are mixed into it, their
+candidates being the stage's pool. Every record becomes one line of OpenRLHF's prompt dataset (`prompt`, `label`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollout.questions import BUNDLED, dataset_name, load_questions
-from search_backend.llm_router import RouterConfig
+from routing.llm_router import RouterConfig
 from searchrl.jsonl import RecordError
 from searchrl.metrics import as_golds
+from stage_router_r1.original import is_verl_parquet, read_verl_parquet
 
 ROOT = Path(__file__).resolve().parent.parent
 # Question sets that ship with the project, by name: R1-Searcher's stage-1 training questions (HotpotQA
@@ -36,7 +39,7 @@ class Candidate(BaseModel):
 
 
 class RouterRecord(BaseModel):
-    """One record in Router-R1's shape; unknown extra keys are kept as they are."""
+    """One routing record (this project's shape); unknown extra keys are kept as they are."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -98,7 +101,9 @@ def _raw_records(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def is_router_file(path: Path) -> bool:
-    """Whether a file holds Router-R1-shaped records (its first record has `query`)."""
+    """Whether a file holds routing records (its first record has `query`)."""
+    if path.suffix == ".parquet":
+        return False
     for _, row in _raw_records(path):
         return isinstance(row, dict) and "query" in row
     return False
@@ -165,10 +170,17 @@ def load_source(source: str, pool: RouterConfig) -> list[RouterRecord]:
     """A mix source as Router-R1 records, `query_type` its name, candidates the pool."""
     path = SOURCES.get(source)
     spec = str(path) if path is not None else source
+    candidates = pool_candidates(pool)
+    if source not in SOURCES and Path(source).is_file() and is_verl_parquet(Path(source)):
+        return [
+            RouterRecord(
+                query=r["question"], query_type=r["query_type"], candidate_models=candidates, ground_truth=r["answer"]
+            )
+            for r in read_verl_parquet(source)
+        ]
     if source not in SOURCES and Path(source).is_file() and is_router_file(Path(source)):
         return read_router_records(source, pool)
     name = source if source in SOURCES else dataset_name(source)
-    candidates = pool_candidates(pool)
     return [
         RouterRecord(query=r["question"], query_type=name, candidate_models=candidates, ground_truth=r["answer"])
         for r in load_questions(spec)

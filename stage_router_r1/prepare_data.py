@@ -1,8 +1,9 @@
 """`python -m stage_router_r1.prepare_data --mix stage1=400 --mix hotpotqa=100 --out FILE [--test-out FILE]`:
-Router-R1's training (and test) prompt data.
+the routing stage's training (and test) prompt data; `--recipe train|validation|test:SET` draws Router-R1's
+own sets instead (7K NQ + 7K HotpotQA for training, 500 of a test set; stage_router_r1/original.py).
 
-Reads Router-R1-shaped records (`query`, `query_type`, `candidate_models`, `ground_truth`,
-`optimal_model`; validated, errors naming line and field) or question/answer sets, mixes them, renders
+Reads routing records (`query`, `query_type`, `candidate_models`, `ground_truth`, `optimal_model`;
+validated, errors naming line and field), Router-R1's verl parquet files or question/answer sets, mixes them, renders
 each question with the stage's prompt (the pool listed with prices), and writes OpenRLHF's prompt
 dataset: `prompt`, `label`, plus `question`, `query_type`, `candidate_models` and `optimal_model`.
 `--label-optimal` asks the pool, cheapest model first, which model is the cheapest to answer right.
@@ -26,12 +27,14 @@ from rollout.hub import HubError
 from rollout.prompt_data import eval_questions, question_key_of
 from rollout.stage_prompt import effective_model
 from rollout.templates import load_tokenizer, render_prompt, template_fingerprint
+from routing.llm_router import LLMRouterBackend, RouterConfig
 from search_backend.base import SearchError
-from search_backend.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import as_golds, best_over_golds
-from stage_router_r1.data import SOURCES, RouterRecord, draw, load_source, parse_mix
+from stage_router_r1.data import SOURCES, RouterRecord, draw, load_source, parse_mix, pool_candidates
+from stage_router_r1.original import FLASHRAG, TEST_SETS
+from stage_router_r1.original import recipe as original_recipe
 
 DEFAULT_CONFIG = "configs/stages/router_r1.yaml"
 
@@ -92,9 +95,21 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = load_tokenizer(model) if model.kind == "chat" else None
     rng = random.Random(args.seed)
     sources = [(path, None) for path in args.input] + parse_mix(args.mix)
-    if not sources:
-        raise RecordError("give --input FILE and/or --mix SOURCE=N (e.g. --mix stage1=400 --mix hotpotqa=100)")
     records: list[RouterRecord] = []
+    if args.recipe:
+        # The original's draw, order and question form; nothing dropped, nothing held out, nothing reshuffled.
+        if sources or args.test_out:
+            raise RecordError("--recipe draws Router-R1's own set: give it without --input, --mix or --test-out")
+        candidates = pool_candidates(pool)
+        records = [
+            RouterRecord(
+                query=r["question"], query_type=r["query_type"], candidate_models=candidates, ground_truth=r["answer"]
+            )
+            for r in original_recipe(args.recipe, args.flashrag)
+        ]
+        args.keep_duplicates = args.keep_leaked = True
+    elif not sources:
+        raise RecordError("give --input FILE and/or --mix SOURCE=N (e.g. --mix stage1=400 --mix hotpotqa=100)")
     for source, count in tqdm(sources, desc="sources", disable=len(sources) < 2):
         records += draw(load_source(source, pool), count, rng)
     seen: set[str] = set()
@@ -107,7 +122,8 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
                 continue
         seen.add(key)
         kept.append(r)
-    rng.shuffle(kept)
+    if not args.recipe:
+        rng.shuffle(kept)
     test = kept[: args.test_size] if args.test_out else []
     train = kept[len(test) :]
     # Leakage matters for what is trained on; a test split may well be drawn from an evaluation set.
@@ -127,6 +143,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     report = {
         "stage": stage.stage,
         "config": str(args.config),
+        "recipe": args.recipe,
         "model": model.name,
         "template_sha256": template_fingerprint(model),
         "pool": [m.name for m in pool.models],
@@ -168,6 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SOURCE=N",
         help=f"draw N (or `all`) questions from SOURCE: {', '.join(SOURCES)}, a file, or hf:NAME[:CONFIG][:SPLIT] "
         "(e.g. hf:nq_open:train); repeatable",
+    )
+    p.add_argument(
+        "--recipe",
+        default=None,
+        metavar="SET",
+        help="Router-R1's own set: train (7K NQ + 7K HotpotQA), validation (100 + 100) or test:SET, SET one of "
+        f"{', '.join(TEST_SETS)} (500 questions); drawn from --flashrag",
+    )
+    p.add_argument(
+        "--flashrag",
+        default=FLASHRAG,
+        help="the FlashRAG datasets: the hub id (%(default)s) or a local folder laid out like it",
     )
     p.add_argument("--out", type=Path, required=True, help="training JSONL; a .report.json is written beside it")
     p.add_argument("--test-out", type=Path, default=None, help="also write a held-out test JSONL")

@@ -55,3 +55,19 @@ def mini_index(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("mini_index") / "index"
     build(ROOT / "examples/mini_corpus.jsonl", "jsonl", out)
     return out
+
+
+@pytest.fixture(scope="session")
+def chat_model(tmp_path_factory):
+    """Router-R1's chat model config (Qwen2.5-3B-Instruct) with a ChatML stand-in tokenizer, which renders
+    its prompts as Qwen2.5's template does (the real tokenizer cannot be fetched here)."""
+    import yaml
+
+    from rollout.tiny_policy import save_chat_tokenizer
+
+    folder = tmp_path_factory.mktemp("chat")
+    tokenizer = save_chat_tokenizer(folder / "tokenizer", ["Who carried out the 2009 Fort Hood shooting?"])
+    data = yaml.safe_load((ROOT / "configs/models/qwen2.5-3b-instruct.yaml").read_text())
+    path = folder / "model.yaml"
+    path.write_text(yaml.safe_dump({**data, "tokenizer_path": str(tokenizer)}))
+    return path

@@ -201,17 +201,19 @@ def test_replay_of_a_released_trajectory(servers, tokenizer):
     assert logs(result)["has_answer"] == 1.0
 
 
-def test_process_reward_per_search_with_the_gold_in_its_documents(servers, tokenizer, model):
+def test_process_reward_is_a_share_of_the_way_up_when_the_gold_was_in_view(servers, tokenizer, model):
     stage, model_cfg = stage_config(servers, "reward.process_weight=0.5")
     prompt = render_prompt(model_cfg, QUESTION)
     engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [SEARCH, ANSWER]))
-    _, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
-    got = logs(result)
-    assert got["gold_hits"] == 1.0 and got["process_reward"] == 0.5
-    assert result["reward"] == pytest.approx(1.5)  # outcome 1.0 plus the step's 0.5, summed by OpenRLHF's loop
-    assert float(result["scores"]) == 1.0  # the score for dynamic filtering stays the outcome's
+    _, right = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine))
+    assert logs(right)["gold_hits"] == 1.0 and logs(right)["process_reward"] == 0.0
+    assert right["reward"] == 1.0  # a right answer has nothing more to earn
+    # The documents name Fort Hood, the answer does not: half the way from 0 to the best reward, 1.
+    _, wrong = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine, label="Fort Hood"))
+    assert logs(wrong)["gold_hits"] == 1.0 and wrong["reward"] == pytest.approx(0.5)
+    assert float(wrong["scores"]) == 0.0  # the score for dynamic filtering stays the outcome's
     _, missed = asyncio.run(run_episode(stage, model_cfg, tokenizer, engine, label="Somebody Else"))
-    assert logs(missed)["gold_hits"] == 0.0
+    assert logs(missed)["gold_hits"] == 0.0 and missed["reward"] == 0.0
 
 
 def test_with_options_off_nothing_changes(servers, tokenizer, model):
@@ -260,7 +262,7 @@ def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, mod
 
 
 def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers, tokenizer, model):
-    from search_backend.config import SearchConfig
+    from rollout.backends import StageSearchConfig
     from tests.fakes_web import FakeControl, chat_app
 
     def ask(name):
@@ -274,10 +276,13 @@ def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers
             {"name": "small", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 1.0},
             {"name": "big", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 4.0},
         ]
-        stage, model_cfg = stage_config(servers, "reward.cost_weight=0.5")
-        stage = stage.model_copy(
-            update={"search": SearchConfig.model_validate({"backend": "router", "router": {"models": models}})}
-        )
+        from reward_server.spec import RewardSpec
+
+        stage, model_cfg = stage_config(servers)
+        # The cost penalty, the routing reward's named alternative, charges every episode (the agent's part).
+        penalty = RewardSpec(formula="router_r1", cost_weight=0.5, cost_shape="penalty", cost_window=256)
+        search = StageSearchConfig.model_validate({"backend": "router", "router": {"models": models}})
+        stage = stage.model_copy(update={"search": search, "reward": penalty})
         prompt = render_prompt(model_cfg, QUESTION)
         executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
 
@@ -313,5 +318,37 @@ def test_multi_query_block_through_the_openrlhf_loop(servers, tokenizer, model):
     got = logs(result)
     assert got["num_searches"] == 1.0 and got["num_queries"] == 2.0 and got["format_ok"] == 1.0
     text = tokenizer.decode(result["observation_tokens"])[len(prompt) :]
-    assert "(1)[2009 Fort Hood shooting] " in text and "(4)[Nidal Hasan] " in text
+    assert "(1)Query: 2009 Fort Hood shooting\nDoc 1: " in text and "(2)Query: Nidal Hasan\nDoc 1: " in text
     assert result["reward"] == 1.0
+
+
+def test_rag_r1_preset_is_rag_r1s_multi_query_search(servers, tokenizer, model):
+    from rollout.stage_prompt import effective_model
+
+    search_url, reward_url = servers
+    overrides = [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0"]
+    stage, model_cfg = load_stage(ROOT / "configs/stages/rag_r1.yaml", [*overrides, "episode.max_tokens_per_query=40"])
+    assert (stage.episode.max_queries_per_block, stage.episode.query_separator, stage.episode.max_searches) == (
+        3,
+        ",",
+        4,
+    )
+    # The policy is told it may send several queries, with the limit and separator the environment applies.
+    base = effective_model(load_stage(ROOT / "configs/stages/stage2_answer.yaml")[1], stage)
+    prompt = render_prompt(base, QUESTION)
+    assert 'up to 3 short keyword queries at once, separated by ","' in prompt
+    four = "Look up four. <|begin_of_query|> 2009 Fort Hood shooting, Nidal Hasan, Fort Hood, Killeen <|end_of_query|>"
+    engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [four, ANSWER]))
+    _, result = asyncio.run(run_episode(stage, base, tokenizer, engine))
+    got = logs(result)
+    assert got["num_searches"] == 1.0 and got["num_queries"] == 3.0 and result["reward"] == 1.0  # RAG-R1's limit: 3
+    block = tokenizer.decode(result["observation_tokens"])[len(prompt) :].split("<|begin_of_documents|>\n")[1]
+    groups = block.split("<|end_of_documents|>")[0].split("\n(")
+    assert [g.split("\n", 1)[0].split(")", 1)[-1] for g in groups] == [
+        "Query: 2009 Fort Hood shooting",
+        "Query: Nidal Hasan",
+        "Query: Fort Hood",
+    ]
+    for group in groups:  # each query's documents cut to 40 tokens on their own, none crowded out
+        docs = group.split("\n", 1)[1]
+        assert docs.startswith("Doc 1: ") and 30 < len(tokenizer(docs.strip())["input_ids"]) <= 41

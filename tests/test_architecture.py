@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = (
     "searchrl",
     "search_backend",
+    "routing",
     "reward_server",
     "rollout",
     "stage1_format",
@@ -104,6 +105,19 @@ def test_imports_go_down_the_layers() -> None:
         if LAYERS.index(b) > LAYERS.index(a)
     ]
     assert not upward, "imports against the layering of docs/ARCHITECTURE.md:\n" + "\n".join(upward)
+
+
+def test_the_job_uploads_every_package_the_agent_files_reach() -> None:
+    from rollout.submit import UPLOAD
+
+    edges = package_edges()
+    reached, todo = set(), [f.split("/")[0] for f in AGENT_ENTRY_FILES]
+    while todo:
+        package = todo.pop()
+        if package not in reached:
+            reached.add(package)
+            todo += [b for a, b in edges if a == package]
+    assert reached <= set(UPLOAD), f"add {sorted(reached - set(UPLOAD))} to rollout/submit.py UPLOAD"
 
 
 def test_core_imports_nothing_of_ours() -> None:

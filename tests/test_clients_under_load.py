@@ -18,9 +18,9 @@ from eval.judge import LLMJudge
 from reward_server.app import ServerSettings, create_app
 from reward_server.scoring import score_solution
 from reward_server.spec import PRESETS
+from rollout.backends import StageSearchConfig, open_backend
 from rollout.reward_client import RewardClient
 from search_backend.base import Passage
-from search_backend.config import SearchConfig, open_backend
 from search_backend.http_client import HttpSearchBackend
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as create_search_app
@@ -120,7 +120,7 @@ def completions_echo_app() -> FastAPI:
 
 def _router(url: str) -> Any:
     models = [{"name": "small", "base_url": f"{url}/v1", "model": "small-model"}]
-    return open_backend(SearchConfig.model_validate({"backend": "router", "router": {"models": models}}))
+    return open_backend(StageSearchConfig.model_validate({"backend": "router", "router": {"models": models}}))
 
 
 @pytest.mark.parametrize("client", ["router", "web", "completions", "judge"])

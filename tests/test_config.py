@@ -94,7 +94,11 @@ def test_apply_override_into_value_is_an_error():
 
 def test_reward_spec_from_preset_or_config():
     assert load_reward_spec(preset="r1searcher-qwen-stage2").answer_metric == "f1"
-    assert load_reward_spec(preset="r1searcher-qwen-stage2", overrides=["answer_metric=cem"]).answer_metric == "cem"
+    with pytest.raises(ConfigError, match="cem .cover-EM. pays a list of candidates.*ACC_R.*allow_cover_em"):
+        load_reward_spec(preset="r1searcher-qwen-stage2", overrides=["answer_metric=cem"])
+    allowed = load_reward_spec(preset="r1searcher-qwen-stage2", overrides=["answer_metric=cem", "allow_cover_em=true"])
+    assert allowed.answer_metric == "cem"
+    assert load_reward_spec(preset="r1searcher-llama-stage1").answer_metric == "cem"  # R1-Searcher's, inherited
     assert load_reward_spec(config=STAGE2, overrides=["reward.violation_penalty=1"]).violation_penalty == 1.0
     with pytest.raises(ConfigError, match="unknown preset"):
         load_reward_spec(preset="nope")

@@ -73,7 +73,7 @@ def test_reward_client_retries_until_the_server_is_back():
 
     async def late_start():
         client = RewardClient(f"http://127.0.0.1:{port}", deadline_s=30)
-        task = asyncio.create_task(client.score("x </think><answer> a </answer>", "", "a"))
+        task = asyncio.create_task(client.score("x </think><answer> b </answer>", "", "b"))
         await asyncio.sleep(0.8)
         assert not task.done()  # still retrying while nothing listens
         return client, task
@@ -95,7 +95,7 @@ def test_reward_client_does_not_retry_a_refused_sample():
         async def run():
             client = RewardClient(url, deadline_s=30)
             try:
-                await client.score("text", "not-in-text", "a")
+                await client.score("text", "not-in-text", "b")
             finally:
                 await client.aclose()
 
@@ -116,11 +116,13 @@ def test_multi_query_block_is_one_batch_and_one_documents_block():
     ]
     out = asyncio.run(env.step_batch(eps, actions))
     assert backend.calls == [["capital of France", "Eiffel tower", "a", "single"]]  # limit 3, empties dropped
+    # RAG-R1's layout: each query, then its own documents.
     assert out[0].feedback == (
-        "\n\n<|begin_of_documents|>\n(1)[capital of France] Title: Title Text: Body text\n"
-        "(2)[Eiffel tower] Title: Title Text: Body text\n(3)[a] Title: Title Text: Body text\n<|end_of_documents|>\n\n"
+        "\n\n<|begin_of_documents|>\n(1)Query: capital of France\nDoc 1: Title: Title Text: Body text\n"
+        "(2)Query: Eiffel tower\nDoc 1: Title: Title Text: Body text\n"
+        "(3)Query: a\nDoc 1: Title: Title Text: Body text\n<|end_of_documents|>\n\n"
     )
-    assert out[1].feedback.startswith("\n\n<|begin_of_documents|>\n(1)Title: Title")
+    assert out[1].feedback.startswith("\n\n<|begin_of_documents|>\n(1)Query: single\nDoc 1: Title: Title")
     assert (eps[0].num_searches, eps[0].num_queries, eps[1].num_queries) == (1, 3, 1)
     step(env, eps[0], " so </think><answer> x </answer>")
     scored = score_solution(eps[0].solution, ["x"], STAGE2_ANSWER, eps[0].metadata())

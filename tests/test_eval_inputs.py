@@ -80,9 +80,10 @@ def test_stage_episode_settings_and_multi_query_replay(mini_index, tmp_path, cap
     assert s["settings"]["top_k"] == 2 and s["settings"]["max_searches"] == 4
     assert s["settings"]["max_queries_per_block"] == 2 and s["em"] == 1.0 and s["model"] == "replay-recorded"
     record = json.loads((tmp_path / "out/recorded.jsonl").read_text())
-    # Multi-query mode as trained: one search step, two queries, passages numbered on through the block.
+    # Multi-query mode as trained: one search step, two queries, each followed by its own documents.
     trajectory = record["gen_text_store"]
-    assert record["num_searches"] == 1 and "(1)[Alan Turing]" in trajectory and "(3)[Enigma machine]" in trajectory
+    assert record["num_searches"] == 1 and "(1)Query: Alan Turing\nDoc 1: " in trajectory
+    assert "(2)Query: Enigma machine\nDoc 1: " in trajectory
     assert "(1)old" not in trajectory  # the documents are the live index's, not the recording's
 
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from search_backend.config import SearchConfig, open_backend
-from search_backend.gmtrouter.__main__ import main
-from search_backend.gmtrouter.data import LogError, read_logs, sessions_of
-from search_backend.gmtrouter.evaluate import heldout_experiment
-from search_backend.gmtrouter.graph import UserHistory
-from search_backend.gmtrouter.model import CheckpointError, load_checkpoint, save_checkpoint
-from search_backend.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig, PersonalRouter
-from search_backend.gmtrouter.synthetic import MODELS
-from search_backend.gmtrouter.train import TrainConfig
+from rollout.backends import StageSearchConfig, open_backend
+from routing.gmtrouter.__main__ import main
+from routing.gmtrouter.data import LogError, read_logs, sessions_of
+from routing.gmtrouter.evaluate import heldout_experiment
+from routing.gmtrouter.graph import UserHistory
+from routing.gmtrouter.model import CheckpointError, load_checkpoint, save_checkpoint
+from routing.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig, PersonalRouter
+from routing.gmtrouter.synthetic import MODELS
+from routing.gmtrouter.train import TrainConfig
 from tests.conftest import serve
 from tests.fakes_web import FakeControl, chat_app
 
@@ -150,7 +150,7 @@ def test_the_router_backend_asks_the_policy_for_queries_naming_no_model(experime
         pool = [{"name": m, "base_url": f"{u}/v1", "model": m} for m, u in zip(MODELS, urls, strict=True)]
         policy_cfg = {"checkpoint": str(out), "user": first}
         backend = open_backend(
-            SearchConfig.model_validate({"backend": "router", "router": {"models": pool, "policy": policy_cfg}})
+            StageSearchConfig.model_validate({"backend": "router", "router": {"models": pool, "policy": policy_cfg}})
         )
 
         async def run():

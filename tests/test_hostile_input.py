@@ -147,13 +147,13 @@ def test_hostile_bodies_are_a_422_naming_the_field(reward_url, body, field):
 # Item 4: query length capped, the prompt matched without per-character objects, a smaller default body cap.
 def test_query_and_prompt_length_are_capped(reward_url):
     long = "x" * 100_001
-    too_long = httpx.post(f"{reward_url}/get_reward", json={"query": [long], "labels": ["a"]})
+    too_long = httpx.post(f"{reward_url}/get_reward", json={"query": [long], "labels": ["b"]})
     assert too_long.status_code == 422 and too_long.json()["field"] == "query.0"
-    too_long = httpx.post(f"{reward_url}/get_reward", json={"query": ["a"], "prompts": [long], "labels": ["a"]})
+    too_long = httpx.post(f"{reward_url}/get_reward", json={"query": ["a"], "prompts": [long], "labels": ["b"]})
     assert too_long.status_code == 422 and too_long.json()["field"] == "prompts.0"
     # The largest allowed query whose prompt is not in it: answered, off the event loop (body over 64 KiB).
     missing = httpx.post(
-        f"{reward_url}/get_reward", json={"query": ["x " * 50_000], "prompts": ["User: hi"], "labels": ["a"]}
+        f"{reward_url}/get_reward", json={"query": ["x " * 50_000], "prompts": ["User: hi"], "labels": ["b"]}
     )
     assert missing.status_code == 422 and missing.json()["field"] == "prompts.0"
 
@@ -252,7 +252,9 @@ def test_secrets_are_not_in_reprs():
     settings_ = ServerSettings(spec=STAGE2_ANSWER, token=TOKEN)
     for text in (repr(config), str(config), config.model_dump_json(), repr(settings_), str(settings_)):
         assert TOKEN not in text
-    sources = [p for d in ("search_backend", "reward_server", "rollout", "eval") for p in (ROOT / d).rglob("*.py")]
+    sources = [
+        p for d in ("search_backend", "routing", "reward_server", "rollout", "eval") for p in (ROOT / d).rglob("*.py")
+    ]
     # A class-level field (four spaces in) holding a secret as a plain str would show in the class's repr.
     plain = re.compile(r"^ {4}(token|api_key|key|secret|password)\s*:\s*str\b", re.MULTILINE)
     assert [str(p) for p in sources if plain.search(p.read_text(encoding="utf-8"))] == []

@@ -24,7 +24,9 @@ def submit(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("stage", ["stage1", "stage2", "router_r1"])
 @pytest.mark.parametrize("model", MODELS)
 def test_dry_run_renders_a_command_openrlhf_parses(stage, model):
-    out = submit(stage, "--model", model, "--dry-run", "openrlhf.rollout.batch_size=32")
+    # router_r1 is PPO by default (tests/test_router_r1.py); its REINFORCE++ alternative meets the checks below.
+    extra = ["algorithm=reinforce++"] if stage == "router_r1" else []
+    out = submit(stage, "--model", model, "--dry-run", "openrlhf.rollout.batch_size=32", *extra)
     assert out.returncode == 0, out.stderr
     cmd = shlex.split(out.stdout.strip().splitlines()[-1])
     assert cmd[:3] == ["ray", "job", "submit"]
@@ -110,7 +112,7 @@ def test_stage1_data_with_buckets(tmp_path):
 def test_leakage_and_duplicates_are_reported(tmp_path):
     src = tmp_path / "in.jsonl"
     bamboogle = [json.loads(line) for line in (FIXTURES / "r1searcher/bamboogle.jsonl").open()][:3]
-    rows = bamboogle + [{"question": "What is new here?", "answer": ["a", "b"]}] * 2
+    rows = bamboogle + [{"question": "What is new here?", "answer": ["x", "y"]}] * 2
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "s2.jsonl"
     res = prepare("stage2_answer", "--input", str(src), "--out", str(out))
@@ -118,11 +120,54 @@ def test_leakage_and_duplicates_are_reported(tmp_path):
     report = json.loads(out.with_suffix(".report.json").read_text())
     assert report["leaked_into_eval_sets"] == {"bamboogle": 3} and report["duplicates"] == 1
     kept = [json.loads(line) for line in out.open()]
-    assert len(kept) == 1 and json.loads(kept[0]["label"]) == ["a", "b"]
+    assert len(kept) == 1 and json.loads(kept[0]["label"]) == ["x", "y"]
     res = prepare("stage2_answer", "--input", str(src), "--out", str(out), "--keep-leaked", "--keep-duplicates")
     assert sum(1 for _ in out.open()) == 5
     res = prepare("stage2_answer", "--input", str(src), "--out", str(out), "--question-key", "q")
     assert res.returncode == 2 and "needs keys 'q'" in res.stderr
+
+
+@pytest.mark.parametrize("stage", ["stage1_format", "stage2_answer"])
+@pytest.mark.parametrize(
+    "answer,why",
+    [
+        ("An", "gold answer 'An' normalises to nothing"),
+        ('["a", 1]', "of type int"),
+        (["Paris", "."], "'.' normalises"),
+    ],
+)
+def test_golds_that_cannot_be_read_are_refused_naming_the_record(tmp_path, stage, answer, why):
+    src = tmp_path / "in.jsonl"
+    rows = [{"question": "Where is the Louvre?", "answer": "Paris"}, {"question": "Odd one?", "answer": answer}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = prepare(stage, "--input", str(src), "--out", str(tmp_path / "out.jsonl"))
+    assert res.returncode == 2 and f"{src}: record 2: answer: " in res.stderr and why in res.stderr
+
+
+def test_rag_r1_data_is_rendered_with_its_multi_query_prompt(tmp_path):
+    from rollout import preflight
+    from rollout.config import load_stage
+    from rollout.stage_prompt import effective_model
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"question": "Who wrote On the Origin of Species?", "answer": "Charles Darwin"}) + "\n")
+    base = "configs/models/qwen2.5-7b-base.yaml"
+    stage, _ = load_stage(ROOT / "configs/stages/rag_r1.yaml")
+    model = effective_model(load_stage(ROOT / "configs/stages/stage2_answer.yaml")[1], stage)
+    flags = {"data.input_key": "prompt", "data.label_key": "label"}
+    with_prompt, plain = tmp_path / "rag.jsonl", tmp_path / "plain.jsonl"
+    res = prepare("stage2_answer", "--input", str(src), "--out", str(with_prompt), "--model", base,
+                  "--config", "configs/stages/rag_r1.yaml")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    row = json.loads(with_prompt.read_text())
+    assert 'up to 3 short keyword queries at once, separated by ","' in row["prompt"]
+    check = preflight.check_data(stage, {**flags, "data.prompt_dataset": str(with_prompt)}, model, "rag_r1")[0]
+    assert check.ok, check.detail
+    # Data rendered with the model's own prompt would train a policy that never learns it may send several
+    # queries: the preflight refuses it and says how to prepare it.
+    assert prepare("stage2_answer", "--input", str(src), "--out", str(plain), "--model", base).returncode == 0
+    check = preflight.check_data(stage, {**flags, "data.prompt_dataset": str(plain)}, model, "rag_r1")[0]
+    assert not check.ok and "--config configs/stages/rag_r1.yaml" in check.fix
 
 
 @pytest.mark.parametrize("module", ["rollout.submit", "stage1_format.prepare_data", "stage2_answer.prepare_data"])

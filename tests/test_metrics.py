@@ -1,6 +1,14 @@
 import pytest
 
-from searchrl.metrics import as_golds, best_over_golds, cover_exact_match, exact_match, f1, normalize_answer
+from searchrl.metrics import (
+    LabelError,
+    as_golds,
+    best_over_golds,
+    cover_exact_match,
+    exact_match,
+    f1,
+    normalize_answer,
+)
 
 
 @pytest.mark.parametrize(
@@ -41,8 +49,30 @@ def test_empty_prediction_cover_em_follows_r1searcher():
 def test_max_over_golds_and_labels():
     assert best_over_golds("em", "NYC", ["New York", "NYC"]) == 1.0
     assert best_over_golds("em", "x", []) == 0.0
-    assert as_golds('["a", "b"]') == ["a", "b"]
+    assert as_golds('["x", "y"]') == ["x", "y"]
     assert as_golds("[not json") == ["[not json"]
-    assert as_golds(["a"]) == ["a"]
+    assert as_golds(["x"]) == ["x"]
     with pytest.raises(TypeError):
         as_golds(3)
+
+
+@pytest.mark.parametrize("label", ["", "A", "An", "The", "!", " . ", ["Paris", "the"], "[]", []])
+def test_golds_that_normalise_to_nothing_are_refused(label):
+    # An empty answer normalises to "" too, so it would score EM 1 against any of these.
+    assert exact_match("", "A") == 1.0
+    with pytest.raises(LabelError, match="normalises to nothing|no gold answer"):
+        as_golds(label)
+
+
+@pytest.mark.parametrize(
+    "label,why",
+    [
+        ('["a", 1]', "of type int; every gold answer must be a string"),
+        ('["Paris", ["Lyon"]]', "of type list"),
+        ("['Paris', 'Lyon']", "looks like a list but is not JSON"),
+        ('[{"x": 1}]', "of type dict"),
+    ],
+)
+def test_list_shaped_labels_are_parsed_strictly_or_refused(label, why):
+    with pytest.raises(LabelError, match=why):
+        as_golds(label)

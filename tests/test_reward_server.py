@@ -94,17 +94,17 @@ def test_without_prompts_the_query_is_the_solution(server):
 @pytest.mark.parametrize(
     "body,field",
     [
-        ({"query": "text", "labels": ["a"]}, "query"),
-        ({"query": [1], "labels": ["a"]}, "query.0"),
+        ({"query": "text", "labels": ["b"]}, "query"),
+        ({"query": [1], "labels": ["b"]}, "query.0"),
         ({"query": [], "labels": []}, "query"),
         ({"query": ["a"]}, "labels"),
-        ({"query": ["a", "b"], "labels": ["a"]}, "labels"),
-        ({"query": ["a"], "prompts": ["p", "q"], "labels": ["a"]}, "prompts"),
-        ({"query": ["a"], "labels": ["a"], "metadata": [{}, {}]}, "metadata"),
+        ({"query": ["a", "b"], "labels": ["b"]}, "labels"),
+        ({"query": ["a"], "prompts": ["p", "q"], "labels": ["b"]}, "prompts"),
+        ({"query": ["a"], "labels": ["b"], "metadata": [{}, {}]}, "metadata"),
         ({"query": ["a"], "labels": [3]}, "labels.0"),
-        ({"query": ["abc"], "prompts": ["zzz"], "labels": ["a"]}, "prompts.0"),
-        ({"query": ["a"] * 65, "labels": ["a"] * 65}, "query"),
-        ({"query": ["a"], "labels": ["a"], "extra": 1}, "extra"),
+        ({"query": ["abc"], "prompts": ["zzz"], "labels": ["b"]}, "prompts.0"),
+        ({"query": ["a"] * 65, "labels": ["b"] * 65}, "query"),
+        ({"query": ["a"], "labels": ["b"], "extra": 1}, "extra"),
     ],
 )
 def test_malformed_bodies_get_4xx_naming_the_field(server, body, field):
@@ -115,18 +115,38 @@ def test_malformed_bodies_get_4xx_naming_the_field(server, body, field):
     assert resp.json()["detail"].startswith(f"{field}: ")
 
 
+@pytest.mark.parametrize(
+    "label,why",
+    [
+        ("The", "gold answer 'The' normalises to nothing"),
+        (["Paris", "!"], "gold answer '!' normalises to nothing"),
+        ("", "gold answer '' normalises to nothing"),
+        ('["a", 1]', "holds '1' at position 1, of type int"),
+        ("['Paris', 'Lyon']", "looks like a list but is not JSON"),
+        ("[]", "holds no gold answer"),
+    ],
+)
+def test_labels_that_would_be_guessed_get_422_naming_the_label(server, label, why):
+    # Before: an empty answer scored EM 1 against "The", and '["a", 1]' was taken as one literal gold string.
+    url, _ = server
+    body = {"query": ["x </think><answer> </answer>", "x"], "labels": ["Paris", label]}
+    resp = httpx.post(f"{url}/get_reward", json=body)
+    assert resp.status_code == 422 and resp.json()["field"] == "labels.1"
+    assert why in resp.json()["detail"]
+
+
 def test_not_json_and_oversized(server):
     url, _ = server
     resp = httpx.post(f"{url}/get_reward", content=b"{not json", headers={"content-type": "application/json"})
     assert resp.status_code == 422
-    resp = httpx.post(f"{url}/get_reward", json={"query": ["x" * 300_000], "labels": ["a"]})
+    resp = httpx.post(f"{url}/get_reward", json={"query": ["x" * 300_000], "labels": ["b"]})
     assert resp.status_code == 413 and resp.json()["field"] == "body"
 
     def chunks():
         yield b'{"query": ["'
         for _ in range(30):
             yield b"x" * 10_000
-        yield b'"], "labels": ["a"]}'
+        yield b'"], "labels": ["b"]}'
 
     resp = httpx.post(f"{url}/get_reward", content=chunks(), headers={"content-type": "application/json"})
     assert resp.status_code == 413
@@ -134,10 +154,29 @@ def test_not_json_and_oversized(server):
 
 def test_bearer_token():
     settings = ServerSettings(spec=STAGE2_ANSWER, token="s3cret")
-    body = {"query": ["</think><answer> a </answer>"], "labels": ["a"]}
+    body = {"query": ["</think><answer> b </answer>"], "labels": ["b"]}
     with serve(create_app(settings)) as url:
         assert httpx.post(f"{url}/get_reward", json=body).status_code == 401
         bad = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer nope"})
         assert bad.status_code == 401 and bad.json()["field"] == "Authorization"
         ok = httpx.post(f"{url}/get_reward", json=body, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and ok.json()["rewards"] == [1.0]
+
+
+def test_server_refuses_to_train_on_cover_em():
+    # Cover-EM paid "Charles Darwin, Alfred Russel Wallace, John van Wyhe" as much as the answer.
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cmd = [sys.executable, "-m", "reward_server", "--config", "configs/stages/stage2_answer.yaml", "--port", "0"]
+    out = subprocess.run([*cmd, "answer_metric=cem"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "reward.answer_metric" in out.stderr and "ACC_R" in out.stderr
+    spec = PRESETS["r1searcher-llama-stage1"]  # exact to R1-Searcher's llama stage-1 reward, weakness included
+    assert spec.answer_metric == "cem" and spec.allow_cover_em
+    lists, answers = (
+        score_solution(f"x </think><answer> {a} </answer>", ["Charles Darwin"], spec).reward
+        for a in ("Charles Darwin, Alfred Russel Wallace, John van Wyhe", "Charles Darwin")
+    )
+    assert lists == answers == 1.5

@@ -59,7 +59,10 @@ def test_scores_within_unit_interval_and_logs_complete(spec):
             lo, hi = spec.bounds()
             assert lo <= s.reward <= hi
             assert 0.0 <= s.score <= 1.0
-            for key in ("format_ok", "num_searches", "em", "f1", "cem", "answer_words", "violation_role_leakage"):
+            keys = ("format_ok", "num_searches", "em", "f1")
+            if spec.formula == "searchrl":
+                keys += ("cem", "answer_words", "violation_role_leakage")
+            for key in keys:
                 assert key in s.logs
 
 
@@ -75,3 +78,21 @@ def test_r1searcher_qwen_stage2_reproduced(fixtures, name, n, violations, mean):
     assert len(scores) == n
     assert sum(s.logs["format_ok"] == 0.0 for s in scores) == violations
     assert round(sum(s.reward for s in scores) / n, 6) == mean
+
+
+def test_role_leakage_reads_the_policys_text_not_the_passages(fixtures):
+    # R1-Searcher's released trajectories: 20 of 625 are penalised only because a retrieved passage says
+    # "assistant" (an assistant coach, a research assistant); one sample's own text leaks the role.
+    rows = [
+        json.loads(line)
+        for name in ("hotpotqa_llama", "bamboogle_llama")
+        for line in (fixtures / "r1searcher" / f"{name}.jsonl").open()
+    ]
+
+    def leaks(spec):
+        scored = (score_solution(r["gen_text_store"], as_golds(r["answer"]), spec) for r in rows)
+        return sum(s.logs["violation_role_leakage"] for s in scored)
+
+    assert leaks(STAGE2_ANSWER) == 1
+    assert leaks(STAGE1_FORMAT) == 1
+    assert leaks(PRESETS["r1searcher-qwen-stage2"]) == 21  # exact to R1-Searcher, which scans the documents too

@@ -18,14 +18,14 @@ from reward_server.app import create_app as create_reward_app
 from rollout.agent import Runtime, load_agent_executor
 from rollout.config import load_stage
 from rollout.engines import SamplingParams
-from rollout.loopback_pool import create_app as create_pool_app
-from rollout.loopback_pool import repoint, skills_by_price
-from rollout.openrlhf_flags import check_args
+from rollout.openrlhf_flags import check_args, validated_args
 from rollout.rehearsal_job import ReplayVllmEngine
-from rollout.routed_recordings import by_price, route_trajectory
 from rollout.stage_prompt import effective_model
-from rollout.templates import render_prompt
+from rollout.templates import load_tokenizer, render_prompt
 from rollout.tiny_policy import build_tokenizer
+from routing.loopback_pool import create_app as create_pool_app
+from routing.loopback_pool import repoint, skills_by_price
+from routing.routed_recordings import by_price, route_trajectory
 from searchrl.jsonl import RecordError
 from searchrl.protocol import BEGIN_DOCS, END_DOCS
 from stage_router_r1.data import read_router_records
@@ -34,9 +34,20 @@ from tests.conftest import ROOT, serve
 CONFIG = ROOT / "configs/stages/router_r1.yaml"
 SAMPLE = ROOT / "examples/bamboogle_llama_sample.jsonl"
 QUESTION = "Who carried out the 2009 Fort Hood shooting?"
+POOL = [
+    "Qwen2.5-7B-Instruct",
+    "LLaMA-3.1-8B-Instruct",
+    "LLaMA-3.1-70B-Instruct",
+    "Mistral-7B-Instruct",
+    "Mixtral-8x22B-Instruct",
+    "Gemma-2-27B-Instruct",
+]
+# Router-R1's shape: think, close it, route (written the way a policy may spell the name), the reply, think again.
 TRAJECTORY = (
-    "I should ask a model. <|begin_of_query|> small: 2009 Fort Hood shooting perpetrator <|end_of_query|>"
-    f"\n\n{BEGIN_DOCS}\n(1)recorded\n{END_DOCS}\n\n The model names him. </think><answer> Nidal Hasan </answer>"
+    "I should ask a model. </think>\n"
+    "<|begin_of_query|> llama-3.1-8b: 2009 Fort Hood shooting perpetrator <|end_of_query|>"
+    f"\n\n{BEGIN_DOCS}\n(1)recorded\n{END_DOCS}\n\n"
+    "<think> The model names him. </think>\n<answer> Nidal Hasan </answer>"
 )
 
 
@@ -45,11 +56,11 @@ def record(**changes):
         "query": "Who wrote Hamlet?",
         "query_type": "nq",
         "candidate_models": [
-            {"name": "small", "cost": 0.1, "latency": 0.5},
-            {"name": "large", "cost": 1, "latency": 2},
+            {"name": "LLaMA-3.1-8B-Instruct", "cost": 0.1, "latency": 0.5},
+            {"name": "Mixtral-8x22B-Instruct", "cost": 1, "latency": 2},
         ],
         "ground_truth": "William Shakespeare",
-        "optimal_model": "small",
+        "optimal_model": "LLaMA-3.1-8B-Instruct",
     }
     return {**base, **changes}
 
@@ -86,12 +97,12 @@ def prepare(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-def test_prepare_mixes_bundled_sets_and_router_records(tmp_path):
+def test_prepare_mixes_bundled_sets_and_router_records(tmp_path, chat_model):
     rr = tmp_path / "router.jsonl"
     rr.write_text(json.dumps(record()) + "\n")
     out, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     done = prepare("--mix", "stage1=30", "--mix", "bamboogle=10", "--input", str(rr), "--out", str(out),
-                   "--test-out", str(test), "--test-size", "8")  # fmt: skip
+                   "--test-out", str(test), "--test-size", "8", "--model", str(chat_model))  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(out.with_suffix(".report.json").read_text())
     train_rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -103,35 +114,37 @@ def test_prepare_mixes_bundled_sets_and_router_records(tmp_path):
     assert not {r["question"] for r in train_rows} & {r["question"] for r in test_rows}
     row = train_rows[0]
     assert {"prompt", "label", "question", "query_type", "candidate_models", "optimal_model"} <= set(row)
-    assert [c["name"] for c in row["candidate_models"]] == ["small", "medium", "large"]
+    assert [c["name"] for c in row["candidate_models"]] == POOL
+    # Router-R1's prompt: one user turn (no system message of ours: the template's default), the pool's names
+    # and descriptions (no prices), think before every call, the placeholder to replace; the turn opens <think>.
     prompt = row["prompt"]
-    assert "- small: A 7B model" in prompt and "$0.0012 per 1k prompt tokens" in prompt and "about 3 s" in prompt
-    assert "model-name: a question for that model" in prompt and prompt.endswith(
-        f"User:{row['question']}\nAssistant: <think>"
-    )
-    bad = prepare("--mix", "stage1=ten", "--out", str(out))
+    assert prompt.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n")
+    assert f"one model from [{', '.join(POOL)}]" in prompt and "LLM-Name:Your-Query" in prompt
+    assert "Gemma-2-27B-Instruct:\nGoogle's instruction-tuned" in prompt and "$" not in prompt
+    assert "Before every consultation, reason inside <think>" in prompt
+    assert prompt.endswith(f"Question: {row['question']}<|im_end|>\n<|im_start|>assistant\n<think>")
+    bad = prepare("--mix", "stage1=ten", "--out", str(out), "--model", str(chat_model))
     assert bad.returncode == 2 and "--mix 'stage1=ten': N must be a positive count" in bad.stderr
     assert prepare("--help").returncode == 0
 
 
-def test_optimal_model_is_the_cheapest_right_one(tmp_path):
+def test_optimal_model_is_the_cheapest_right_one(tmp_path, chat_model):
     qa = {f"Question number {i} about topic {i}?": [f"answer{i}"] for i in range(12)}
     stage, _ = load_stage(CONFIG)
     skills = skills_by_price(stage.search.router)
     with serve(create_pool_app(qa, skills)) as url:
-        text = CONFIG.read_text()
-        for port in (8101, 8102, 8103):
-            text = text.replace(f"http://127.0.0.1:{port}/v1", f"{url}/v1")
+        text = CONFIG.read_text().replace("http://127.0.0.1:8100/v1", f"{url}/v1")
         config = tmp_path / "router.yaml"
         config.write_text(text.replace("configs/models/", f"{ROOT}/configs/models/"))
         src = tmp_path / "qa.jsonl"
         src.write_text("".join(json.dumps({"question": q, "answer": a[0]}) + "\n" for q, a in qa.items()))
         out = tmp_path / "train.jsonl"
         done = prepare(
-            "--config", str(config), "--input", str(src), "--out", str(out), "--label-optimal", "--metric", "em"
-        )
+            "--config", str(config), "--input", str(src), "--out", str(out), "--label-optimal", "--metric", "em",
+            "--model", str(chat_model),
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
-    from rollout.loopback_pool import CannedPool
+    from routing.loopback_pool import CannedPool
 
     canned = CannedPool(qa, skills)
     order = by_price(stage.search.router)
@@ -142,19 +155,22 @@ def test_optimal_model_is_the_cheapest_right_one(tmp_path):
         assert row["optimal_model"] == (right[0] if right else None)
 
 
-def test_router_episode_through_the_agent_charges_the_pool(tmp_path):
-    """The stage's agent file in OpenRLHF's loop: the query goes to the named pool model, the answer
-    comes back as the documents, and the reward is EM minus the weighted normalised cost."""
+def test_router_episode_through_the_agent_charges_the_pool(tmp_path, chat_model):
+    """The stage's agent file in OpenRLHF's loop: the query, its name matched the way Router-R1 matches it,
+    goes to that pool model in the original's framing, the answer comes back as the documents, and the
+    reward is Router-R1's: (1 - c) * EM + c * cost reward (one episode so far: 0.5)."""
     qa = {QUESTION: ["Nidal Hasan"]}
-    stage0, _ = load_stage(CONFIG)
+    overrides = ["reward.cost_weight=0.5", f"model={chat_model}"]
+    stage0, _ = load_stage(CONFIG, overrides)
     with serve(create_pool_app(qa, {m.model: 1.0 for m in stage0.search.router.models})) as pool_url:
         pool = repoint(stage0.search.router, f"{pool_url}/v1")
         models = json.dumps([m.model_dump() for m in pool.models])
         with serve(create_reward_app(ServerSettings(spec=stage0.reward))) as reward_url:
             stage, model_cfg = load_stage(
-                CONFIG, [f"search.router.models={models}", f"reward_server.urls={reward_url}"]
+                CONFIG, [*overrides, f"search.router.models={models}", f"reward_server.urls={reward_url}"]
             )
-            prompt = render_prompt(effective_model(model_cfg, stage), QUESTION)
+            model = effective_model(model_cfg, stage)
+            prompt = render_prompt(model, QUESTION, load_tokenizer(model))
             tokenizer = build_tokenizer([prompt, TRAJECTORY], vocab_size=800, protocol_tokens=False, qwen_split=True)
 
             async def run():
@@ -172,10 +188,11 @@ def test_router_episode_through_the_agent_charges_the_pool(tmp_path):
 
             result = asyncio.run(run())
     text = tokenizer.decode(result["observation_tokens"], skip_special_tokens=False)
-    assert f"{BEGIN_DOCS}\n(1)Title: small Text: Nidal Hasan\n{END_DOCS}" in text  # the pool's answer
+    assert f"{BEGIN_DOCS}\n(1)Title: LLaMA-3.1-8B-Instruct Text: Nidal Hasan\n{END_DOCS}" in text  # the pool's answer
     logs = {k: float(v) for k, v in result["extra_logs"].items()}
-    assert logs["search_cost"] > 0 and logs["cost_penalty"] == pytest.approx(0.5)  # the only episode: cost / max = 1
-    assert float(result["reward"]) == pytest.approx(1.0 - 0.5)
+    assert logs["format_ok"] == 1.0 and logs["em"] == 1.0 and logs["cost_applies"] == 1.0
+    assert logs["search_cost"] > 0 and logs["cost_reward"] == pytest.approx(0.5)
+    assert float(result["reward"]) == pytest.approx(0.5 * 1.0 + 0.5 * 0.5)
 
 
 def submit(*args: str) -> subprocess.CompletedProcess:
@@ -185,18 +202,34 @@ def submit(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_dry_run_renders_a_command_openrlhf_parses():
-    out = submit("router_r1", "--dry-run", "openrlhf.rollout.batch_size=32")
+    out = submit("router_r1", "--dry-run", "openrlhf.rollout.batch_size=128")
     assert out.returncode == 0, out.stderr
     cmd = shlex.split(out.stdout.strip().splitlines()[-1])
     sep = cmd.index("--")
     ns = vars(check_args(cmd[sep + 4 :]))  # OpenRLHF 0.11.2's own parser
     assert ns["train.agent_func_path"] == "stage_router_r1/agent_func.py"
-    assert ns["algo.advantage.estimator"] == "reinforce_baseline" and ns["rollout.batch_size"] == 32
-    assert ns["actor.model_name_or_path"] == "Qwen/Qwen2.5-7B"
+    # Router-R1's train.sh: PPO, GAE with a critic (OpenRLHF initialises it from the policy), Qwen2.5-3B-Instruct.
+    assert ns["algo.advantage.estimator"] == "gae" and ns["rollout.batch_size"] == 128
+    assert (ns["algo.advantage.gamma"], ns["algo.advantage.lambd"], ns["rollout.n_samples_per_prompt"]) == (1, 1, 1)
+    assert (ns["actor.adam.lr"], ns["critic.adam.lr"], ns["algo.kl.init_coef"]) == (1e-6, 1e-5, 0.001)
+    checked = validated_args(cmd[sep + 4 :])  # OpenRLHF's start-up: the critic starts from the policy, as in verl
+    assert checked.critic.model_name_or_path == checked.actor.model_name_or_path == "Qwen/Qwen2.5-3B-Instruct"
     env = json.loads(cmd[cmd.index("--runtime-env-json") + 1])
     config = json.loads(env["env_vars"]["SEARCHRL_CONFIG_JSON"])
     assert config["stage"] == "router_r1" and config["search"]["backend"] == "router"
-    assert config["reward"]["cost_weight"] == 0.5 and len(config["search"]["router"]["models"]) == 3
+    assert config["reward"]["formula"] == "router_r1" and config["reward"]["cost_weight"] == 0.0
+    assert [m["name"] for m in config["search"]["router"]["models"]] == POOL
+    assert config["episode"]["max_searches"] == 4
+
+
+def test_reinforce_plus_plus_is_the_named_alternative():
+    out = submit("router_r1", "--dry-run", "algorithm=reinforce++", "openrlhf.actor.adam.lr=3e-6")
+    assert out.returncode == 0, out.stderr
+    cmd = shlex.split(out.stdout.strip().splitlines()[-1])
+    ns = vars(check_args(cmd[cmd.index("--") + 4 :]))
+    assert ns["algo.advantage.estimator"] == "reinforce_baseline" and ns["rollout.n_samples_per_prompt"] == 16
+    assert validated_args(cmd[cmd.index("--") + 4 :]).critic.model_name_or_path is None  # no critic
+    assert ns["actor.adam.lr"] == 3e-6  # the stage's own flag wins over the algorithm's
 
 
 @pytest.mark.slow
@@ -216,7 +249,10 @@ def test_routing_evaluation_reports_policy_and_baselines_side_by_side(tmp_path):
     names = by_price(stage.search.router)
     recordings = tmp_path / "routed.jsonl"
     recordings.write_text(
-        "".join(json.dumps({**r, "gen_text_store": route_trajectory(r["gen_text_store"], names)}) + "\n" for r in rows)
+        "".join(
+            json.dumps({**r, "gen_text_store": route_trajectory(r["gen_text_store"], names, router_r1=True)}) + "\n"
+            for r in rows
+        )
     )
     data = tmp_path / "test.jsonl"
     data.write_text("".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in rows))
@@ -228,28 +264,31 @@ def test_routing_evaluation_reports_policy_and_baselines_side_by_side(tmp_path):
     by = {p["name"]: p for p in result["policies"]}
     assert list(by) == [
         "policy (replay: replay-routed)",
-        "always-cheapest (small)",
-        "always-largest (large)",
+        *(f"only {n}" for n in names),
         "random",
+        "oracle (cheapest right model)",
     ]
     assert all(p["n"] == len(rows) for p in by.values())
-    assert by["always-cheapest (small)"]["call_share"] == {"small": 1.0, "medium": 0.0, "large": 0.0}
-    assert by["always-largest (large)"]["call_share"] == {"small": 0.0, "medium": 0.0, "large": 1.0}
-    assert sorted(v > 0 for v in by["random"]["call_share"].values()) == [True] * 3
+    cheap, dear = by[f"only {names[0]}"], by[f"only {names[-1]}"]
+    assert cheap["call_share"] == {n: float(n == names[0]) for n in POOL}
+    assert sum(v > 0 for v in by["random"]["call_share"].values()) >= 4
     assert sum(by["random"]["call_share"].values()) == pytest.approx(1.0)
     for p in by.values():
         assert p["calls_per_question"] > 0 and p["cost_per_question"] > 0
-    cheap, large, policy = by["always-cheapest (small)"], by["always-largest (large)"], by[next(iter(by))]
-    assert cheap["calls_per_question"] == large["calls_per_question"] == 1.0
-    assert cheap["cost_per_question"] < large["cost_per_question"]
-    assert large["em"] > cheap["em"]  # the loopback pool's dearer model is right more often
-    # The policy's queries escalate small -> medium -> large, as the routed recordings say.
-    assert policy["call_share"]["small"] > 0 and policy["calls_per_question"] > 1
+    assert cheap["calls_per_question"] == dear["calls_per_question"] == 1.0
+    assert cheap["cost_per_question"] < dear["cost_per_question"]
+    assert dear["rr_em"] > cheap["rr_em"]  # the loopback pool's dearer model is right more often
+    oracle = by["oracle (cheapest right model)"]
+    assert oracle["rr_em"] >= max(p["rr_em"] for p in by.values() if p["name"].startswith("only "))
+    # The policy's queries escalate from the cheapest model, as the routed recordings say.
+    policy = by[next(iter(by))]
+    assert policy["call_share"][names[0]] > 0 and policy["calls_per_question"] > 1
     assert abs(sum(policy["call_share"].values()) - 1.0) < 1e-9
     table = (out / "routing.md").read_text()
     assert (
-        "| policy | n | EM | F1 | CEM | cost / question | calls / question | % small | % medium | % large |" in table
+        "| policy | n | EM (Router-R1) | F1 (Router-R1) | EM | F1 | CEM | cost / question | calls / question |"
+        in table
     )
-    assert "| always-cheapest (small) | 24 |" in table and "| 100 | 0 | 0 |" in table
+    assert f"| only {names[0]} | 24 |" in table
     assert (out / "routing.png").read_bytes()[:4] == b"\x89PNG"
-    assert len((out / "records.jsonl").read_text().splitlines()) == 4 * len(rows)
+    assert len((out / "records.jsonl").read_text().splitlines()) == (len(POOL) + 3) * len(rows)

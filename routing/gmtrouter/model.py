@@ -20,7 +20,7 @@ from torch import nn
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import HeteroConv, SAGEConv
 
-from search_backend.gmtrouter.graph import EDGE_TYPES
+from routing.gmtrouter.graph import EDGE_TYPES
 
 FORMAT = "searchrl-gmtrouter/1"
 CONFIG_FILE = "config.json"
@@ -111,7 +111,7 @@ def load_checkpoint(directory: str | Path, personalised: bool = True) -> GMTRout
     cfg_path, weights = directory / CONFIG_FILE, directory / WEIGHTS[personalised]
     for path in (cfg_path, weights):
         if not path.is_file():
-            raise CheckpointError(f"{path}: missing; train with `python -m search_backend.gmtrouter train`")
+            raise CheckpointError(f"{path}: missing; train with `python -m routing.gmtrouter train`")
     raw = json.loads(cfg_path.read_text())
     if raw.pop("format", None) != FORMAT:
         raise CheckpointError(f"{cfg_path}: not a {FORMAT} checkpoint")

@@ -15,7 +15,7 @@ import torch
 from torch_geometric.data import HeteroData
 from tqdm import tqdm
 
-from search_backend.gmtrouter.data import Session
+from routing.gmtrouter.data import Session
 
 EDGE_TYPES = [
     ("query", "asks", "response"),

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from search_backend.gmtrouter.data import Session, UserLog, check_models, sessions_of, write_logs
-from search_backend.gmtrouter.graph import QueryTable, UserHistory, build_graph
-from search_backend.gmtrouter.model import HISTORY_FILE, GMTRouterNet, NetConfig, save_checkpoint
+from routing.gmtrouter.data import Session, UserLog, check_models, sessions_of, write_logs
+from routing.gmtrouter.graph import QueryTable, UserHistory, build_graph
+from routing.gmtrouter.model import HISTORY_FILE, GMTRouterNet, NetConfig, save_checkpoint
 
 
 @dataclass

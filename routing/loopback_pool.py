@@ -7,7 +7,7 @@ model and question, so a run is reproducible and a stronger model is right more 
 is matched to the known one sharing most words; an unknown question gets "I do not know.".
 `usage` counts words as tokens, so the router's price arithmetic runs as it does against a real pool.
 
-    python -m rollout.loopback_pool --qa QUESTIONS.jsonl --config configs/stages/router_r1.yaml --port N
+    python -m routing.loopback_pool --qa QUESTIONS.jsonl --config configs/stages/router_r1.yaml --port N
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from search_backend.llm_router import RouterConfig
+from routing.llm_router import RouterConfig, read_pool
+from searchrl.config import ConfigError
 
 LOW_SKILL, HIGH_SKILL = 0.3, 0.9
 UNKNOWN = "I do not know."
@@ -131,7 +132,9 @@ def create_app(qa: dict[str, list[str]], skills: dict[str, float]) -> FastAPI:
                 status_code=404,
                 content={"error": {"message": f"model {model!r} is not served here", "field": "model"}},
             )
-        question = str(messages[-1].get("content", ""))
+        # A framed question (the router's `framing`) ends with the question on its own line.
+        lines = [line for line in str(messages[-1].get("content", "")).splitlines() if line.strip()]
+        question = lines[-1] if lines else ""
         text = pool.answer(model, question)
         pool.calls[model] += 1
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict))
@@ -158,22 +161,9 @@ def repoint(pool: RouterConfig, url: str) -> RouterConfig:
     return pool.model_copy(update={"models": [m.model_copy(update={"base_url": url}) for m in pool.models]})
 
 
-def start_loopback(pool: RouterConfig, qa: list[dict[str, Any]], workdir: Path) -> tuple[Any, str]:
-    """A loopback pool server (free port) knowing `qa` (question, answer), skills by price; returns
-    the process and the base URL to give every pool model."""
-    from rollout.service import free_port, start_module
-
-    file = workdir / "loopback_qa.jsonl"
-    file.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in qa), encoding="utf-8")
-    port = free_port()
-    skills = [arg for model, p in skills_by_price(pool).items() for arg in ("--skill", f"{model}={p}")]
-    proc = start_module("rollout.loopback_pool", ["--qa", str(file), *skills], port, workdir / "loopback_pool.log")
-    return proc, f"http://127.0.0.1:{port}/v1"
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m rollout.loopback_pool",
+        prog="python -m routing.loopback_pool",
         description="Serve a canned, question-dependent pool of models on loopback (OpenAI-compatible).",
     )
     p.add_argument("--qa", required=True, help="JSONL of questions and gold answers the pool knows")
@@ -190,14 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     skills: dict[str, float] = {}
     if args.config:
-        from rollout.config import StageConfig
-        from searchrl.config import load
-
-        stage = load(StageConfig, args.config)
-        if stage.search.router is None:
-            print(f"error: {args.config}: search.router: no pool", file=sys.stderr)
+        try:
+            skills.update(skills_by_price(read_pool(args.config)))
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
             return 2
-        skills.update(skills_by_price(stage.search.router))
     for item in args.skill:
         model, _, value = item.rpartition("=")
         skills[model] = float(value)

@@ -1,4 +1,4 @@
-"""python -m search_backend.gmtrouter {train,evaluate,synthesize}: personalised routing from user logs."""
+"""python -m routing.gmtrouter {train,evaluate,synthesize}: personalised routing from user logs."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from search_backend.gmtrouter.data import LogError, read_logs, write_logs
-from search_backend.gmtrouter.model import CheckpointError
+from routing.gmtrouter.data import LogError, read_logs, write_logs
+from routing.gmtrouter.model import CheckpointError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m search_backend.gmtrouter", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m routing.gmtrouter", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     tr = sub.add_parser("train", help="train the personalised router (and its non-personalised twin) on logs")
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from search_backend.gmtrouter.train import TrainConfig, train_checkpoint
+    from routing.gmtrouter.train import TrainConfig, train_checkpoint
 
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     users = read_logs(args.logs, models=models)
@@ -79,8 +79,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from search_backend.gmtrouter.evaluate import evaluate_logs
-    from search_backend.gmtrouter.model import load_checkpoint
+    from routing.gmtrouter.evaluate import evaluate_logs
+    from routing.gmtrouter.model import load_checkpoint
 
     models = load_checkpoint(args.checkpoint).config.models
     users = read_logs(args.logs, models=models)
@@ -100,7 +100,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _synthesize(args: argparse.Namespace) -> int:
-    from search_backend.gmtrouter.synthetic import synthesize
+    from routing.gmtrouter.synthetic import synthesize
 
     users = synthesize(args.users, seed=args.seed, personas=args.personas, feedback_noise=args.feedback_noise)
     write_logs(users, args.out)

@@ -20,15 +20,15 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from search_backend.gmtrouter.graph import QueryTable, UserHistory
-    from search_backend.gmtrouter.model import GMTRouterNet
+    from routing.gmtrouter.graph import QueryTable, UserHistory
+    from routing.gmtrouter.model import GMTRouterNet
 
 
 class GMTRouterPolicyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["gmtrouter"] = "gmtrouter"
-    checkpoint: Path = Field(description="a directory written by `python -m search_backend.gmtrouter train`")
+    checkpoint: Path = Field(description="a directory written by `python -m routing.gmtrouter train`")
     history: Path | None = Field(None, description="users' interaction logs (JSONL); default: the checkpoint's")
     user: str | None = Field(None, description="user of queries naming none (`auto: q`, not `auto@u: q`)")
 
@@ -52,9 +52,9 @@ class PersonalRouter:
     ) -> PersonalRouter:
         """`queries` shares one embedding table between routers; else `encode` (default: the checkpoint's
         encoder, loaded here) embeds queries."""
-        from search_backend.gmtrouter.graph import QueryTable
-        from search_backend.gmtrouter.model import CheckpointError, load_checkpoint
-        from search_backend.gmtrouter.train import bundled_encoder
+        from routing.gmtrouter.graph import QueryTable
+        from routing.gmtrouter.model import CheckpointError, load_checkpoint
+        from routing.gmtrouter.train import bundled_encoder
 
         net = load_checkpoint(checkpoint, personalised=personalised)
         if queries is not None:
@@ -71,7 +71,7 @@ class PersonalRouter:
     def user_states(self, histories: Sequence[UserHistory]) -> torch.Tensor | None:
         import torch
 
-        from search_backend.gmtrouter.graph import build_graph
+        from routing.gmtrouter.graph import build_graph
 
         if not self.net.personalised:
             return None
@@ -98,7 +98,7 @@ class GMTRouterPolicy:
     """The routing backend's policy: `choose([(user, question), ...], allowed)` -> model names."""
 
     def __init__(self, router: PersonalRouter, histories: list[UserHistory], default_user: str | None) -> None:
-        from search_backend.gmtrouter.graph import UserHistory
+        from routing.gmtrouter.graph import UserHistory
 
         self.router = router
         self.default_user = default_user
@@ -109,9 +109,9 @@ class GMTRouterPolicy:
 
     @classmethod
     def from_config(cls, config: GMTRouterPolicyConfig, pool: Sequence[str]) -> GMTRouterPolicy:
-        from search_backend.gmtrouter.data import read_logs, sessions_of
-        from search_backend.gmtrouter.graph import UserHistory
-        from search_backend.gmtrouter.model import HISTORY_FILE
+        from routing.gmtrouter.data import read_logs, sessions_of
+        from routing.gmtrouter.graph import UserHistory
+        from routing.gmtrouter.model import HISTORY_FILE
 
         router = PersonalRouter.load(config.checkpoint)
         if not set(pool) & set(router.models):

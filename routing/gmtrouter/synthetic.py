@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from search_backend.gmtrouter.data import Interaction, UserLog
+from routing.gmtrouter.data import Interaction, UserLog
 
 MODELS = ["atlas", "bolt", "cedar", "delta", "ember"]
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from search_backend.gmtrouter.data import Session, UserLog, sessions_of
-from search_backend.gmtrouter.graph import UserHistory
-from search_backend.gmtrouter.model import HISTORY_FILE
-from search_backend.gmtrouter.policy import PersonalRouter
-from search_backend.gmtrouter.train import TrainConfig
+from routing.gmtrouter.data import Session, UserLog, sessions_of
+from routing.gmtrouter.graph import UserHistory
+from routing.gmtrouter.model import HISTORY_FILE
+from routing.gmtrouter.policy import PersonalRouter
+from routing.gmtrouter.train import TrainConfig
 
 METHODS = ("personalised", "non_personalised", "popularity")
 
@@ -150,7 +150,7 @@ def evaluate_logs(
 ) -> dict:
     """Each user's first `context_sessions` sessions in `users` (after their history in the checkpoint,
     when the checkpoint has seen them) are context; the later sessions are the targets."""
-    from search_backend.gmtrouter.data import read_logs
+    from routing.gmtrouter.data import read_logs
 
     routers = load_routers(checkpoint, encode)
     net_config = routers["personalised"].net.config
@@ -190,9 +190,9 @@ def heldout_experiment(
 ) -> dict:
     """Synthetic users, trained on the earliest `train_fraction` of the seen users' sessions; scored on
     the seen users' later sessions and on new users (their first `context_sessions` as context)."""
-    from search_backend.gmtrouter.data import split_sessions
-    from search_backend.gmtrouter.synthetic import synthesize
-    from search_backend.gmtrouter.train import train_checkpoint
+    from routing.gmtrouter.data import split_sessions
+    from routing.gmtrouter.synthetic import synthesize
+    from routing.gmtrouter.train import train_checkpoint
 
     users = synthesize(seen_users + new_users, seed=seed)
     train, later = [], []
