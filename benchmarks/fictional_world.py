@@ -38,12 +38,22 @@ def syllable(rng: random.Random) -> str:
     return rng.choice(ONSETS) + rng.choice(VOWELS) + rng.choice(CODAS)
 
 
-def name(rng: random.Random, taken: set[str]) -> str:
+def names(rng: random.Random, count: int) -> list[str]:
+    """`count` made-up names of two syllables, none a city's."""
+    found: list[str] = []
+    while len(found) < count:
+        word = (syllable(rng) + syllable(rng)).capitalize()
+        if word not in found and word not in CITIES:
+            found.append(word)
+    return found
+
+
+def name(rng: random.Random, taken: set[str], firsts: list[str], lasts: list[str]) -> str:
+    # People share first names and surnames, as people do: a name is a pair, and each half recurs often
+    # enough to be one token of a small tokenizer, so a small policy can copy it into a query.
     while True:
-        first = (syllable(rng) + syllable(rng)).capitalize()
-        last = (syllable(rng) + syllable(rng) + rng.choice(["", "ov", "in", "a"])).capitalize()
-        full = f"{first} {last}"
-        if full not in taken and first.lower() not in {c.lower() for c in CITIES}:
+        full = f"{rng.choice(firsts)} {rng.choice(lasts)}"
+        if full not in taken:
             taken.add(full)
             return full
 
@@ -51,9 +61,10 @@ def name(rng: random.Random, taken: set[str]) -> str:
 def world(people: int, seed: int) -> tuple[list[dict], list[dict]]:
     rng = random.Random(seed)
     taken: set[str] = set()
+    firsts, lasts = names(rng, 40), names(rng, 40)
     passages, questions = [], []
     for i in range(people):
-        who = name(rng, taken)
+        who = name(rng, taken, firsts, lasts)
         city, trade, instrument, habit = (rng.choice(CITIES), rng.choice(TRADES), rng.choice(INSTRUMENTS),
                                           rng.choice(HABITS))  # fmt: skip
         texts = [

@@ -62,6 +62,47 @@ def build_index(out: Path, device: str = "cpu") -> Path:
     return index
 
 
+def rehearsal_index() -> Path:
+    """The index every CPU rehearsal shares (the mini corpus and the fictional people), built once."""
+    from rollout.train_rehearsal import REHEARSAL_DIR, build_index
+
+    print(f"[quickstart] index: {MINI_CORPUS} + {EXAMPLES / 'fictional/corpus.jsonl'} -> {REHEARSAL_DIR / 'index'} "
+          "(bundled all-MiniLM-L6-v2, cpu; built once)")  # fmt: skip
+    return build_index()
+
+
+def plot_learning(curves: dict[int, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted(curves)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(steps, [curves[s].get("score", 0) for s in steps], "o-", label="format-and-search rate")
+    ax.plot(steps, [curves[s].get("reward", 0) for s in steps], "s--", label="mean stage-1 reward")
+    ax.set_xlabel("rollout step (OpenRLHF train_ppo_ray, tiny policy, CPU)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def train_stage1(out: Path, steps: int, options: list[str]) -> dict[str, Any]:
+    """The tiny policy learning stage 1 for a few steps through OpenRLHF's own train_ppo_ray on CPU."""
+    from rollout.train_rehearsal import step_table, train
+
+    print(f"\n[quickstart] training: stage 1 for {steps} steps, OpenRLHF's train_ppo_ray on CPU through "
+          "`ray job submit` (warm start built once, then cached)", flush=True)  # fmt: skip
+    result = train("stage1", None, options, steps, resume=False, out=out / "train")
+    curves = {int(k): v for k, v in result.pop("curves").items()}
+    print(step_table(curves))
+    plot_learning(curves, out / "learning.png")
+    print(f"[quickstart] curves: {out / 'learning.png'}; TensorBoard: {result['tensorboard']}")
+    return result
+
+
 async def run_episodes(stage, jobs: list[dict[str, Any]], tokenizer, max_length: int) -> list[dict[str, Any]]:
     runtime = Runtime.from_stage(stage)
     Runtime.install(runtime)
@@ -126,7 +167,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
         return 2
     if options:
         print(f"[quickstart] options: {' '.join(options)}")
-    index = build_index(out)
+    index = rehearsal_index()
     search_port, reward_port = free_port(), free_port()
     print(f"[quickstart] retrieval server on 127.0.0.1:{search_port}, reward server on 127.0.0.1:{reward_port}")
     search = start_module("search_backend.serve", ["--index", str(index)], search_port, out / "retrieval.log", 180)
@@ -221,7 +262,22 @@ def cpu_demo(args: argparse.Namespace) -> int:
         f"{summary['replay']['mean_reward']:.3f}; tiny transformer: {summary['tiny_transformer']['episodes']} "
         f"episodes of random text. Episodes: {out / 'episodes.jsonl'}"
     )
-    return 0 if summary["replay"]["search_errors"] == 0 else 1
+    if summary["replay"]["search_errors"]:
+        return 1
+    if args.train_steps > 0:
+        try:
+            trained = train_stage1(out, args.train_steps, options)
+        except (ConfigError, RuntimeError, TimeoutError, ValueError) as e:
+            print(f"error: training: {e}", file=sys.stderr)
+            return 1
+        summary["training"] = trained
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        print(
+            f"[quickstart] training: format-and-search rate {trained['score_first']:.2f} -> {trained['score_last']:.2f},"
+            f" mean reward {trained['mean_reward_first']:.2f} -> {trained['mean_reward_last']:.2f} over "
+            f"{trained['steps']} steps ({trained['seconds']:.0f} s)"
+        )
+    return 0
 
 
 def real_job(args: argparse.Namespace) -> int:
@@ -259,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         "--segment-tokens", type=int, default=512, help="per-segment token cap (episode.max_segment_tokens)"
     )
     p.add_argument("--max-length", type=int, default=8192, help="prompt + response token budget")
+    p.add_argument(
+        "--train-steps",
+        type=int,
+        default=6,
+        help="then train the tiny policy on stage 1 for this many steps (OpenRLHF on CPU); 0 skips it",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--real", action="store_true", help="submit the real stage-1 job (GPU node, `train` extra)")
     mode.add_argument("--cpu", action="store_true", help="the CPU demo even where a GPU stack is installed")

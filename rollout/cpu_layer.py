@@ -54,7 +54,9 @@ def runtime_env_with_cpu_layer(
     env: dict[str, Any], overrides: list[Override], sync_log: Path | None
 ) -> dict[str, Any]:
     """The real submit's runtime_env plus the CPU layer: its packages as `py_modules` (the `vllm` and
-    `flash_attn` stand-ins importable under their own names), the CUDA shims in every worker, the overrides."""
+    `flash_attn` stand-ins importable under their own names), the CUDA shims in every worker, the overrides.
+    No env var that OpenRLHF's own `ray.init` sets (TOKENIZERS_PARALLELISM, NCCL_DEBUG, ...): Ray refuses a
+    job whose env_vars name one of them."""
     cpu = {
         "py_modules": [str(CPU_LAYER), str(CPU_LAYER / "stubs/vllm"), str(CPU_LAYER / "stubs/flash_attn")],
         "worker_process_setup_hook": SETUP_HOOK,
@@ -62,7 +64,6 @@ def runtime_env_with_cpu_layer(
     env_vars = {
         **env["env_vars"],
         OVERRIDES_ENV: json.dumps([asdict(o) for o in overrides]),
-        "TOKENIZERS_PARALLELISM": "false",
     }
     if sync_log is not None:
         env_vars[SYNC_LOG_ENV] = str(sync_log)

@@ -214,6 +214,9 @@ def train(
     if stage not in ("stage1_format", "stage2_answer"):
         raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
     out = (out or TRAIN_DIR).resolve()
+    pretrain = pretrain.resolve() if pretrain is not None else None
+    if pretrain is not None and not (pretrain / "config.json").is_file():
+        raise ConfigError(f"--pretrain {pretrain}: not a Hugging Face model folder (no config.json)")
     work = out / stage
     work.mkdir(parents=True, exist_ok=True)
     final, ckpt, tb = work / "final", work / "ckpt", work / "tensorboard"
@@ -280,6 +283,7 @@ def train(
         if code != 0 or not (final / "config.json").is_file():
             tail = "\n".join((work / "job.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
             raise RuntimeError(f"the training job failed (exit {code}); see {work / 'job.log'}\n{tail}")
+        train_steps = optimizer_steps(ckpt / "_actor")  # before the resumed run adds its own
         resumed = None
         if resume:
             more = [
@@ -301,6 +305,13 @@ def train(
             head.stop()
         for proc in started:
             stop(proc)
+    switch = None
+    if plan["previous"] is not None:
+        # What `--when-ready` reads on GPUs before it hands stage 1's checkpoint to stage 2: reported here.
+        from rollout.submit import readiness
+
+        switch = readiness(plan["previous"][0], 0.9, 0.9, 10)
+        switch["checkpoint_written"] = (Path(str(plan["policy"])) / "config.json").is_file()
     synced = synced_digests(sync_log)
     saved = saved_digest(final)
     rewards = [c["reward"] for c in curves.values() if "reward" in c]
@@ -309,7 +320,7 @@ def train(
         "stage": stage,
         "entry": ENTRY,
         "steps": len(curves),
-        "train_steps": optimizer_steps(ckpt / "_actor"),
+        "train_steps": train_steps,
         "pretrain": str(plan["policy"]),
         "pretrain_source": plan["policy_source"],
         "hf_checkpoint": str(final),
@@ -322,6 +333,7 @@ def train(
         "score_first": next(iter(curves.values())).get("score") if curves else None,
         "score_last": curves[max(curves)].get("score") if curves else None,
         "overrides": [asdict(o) for o in all_overrides],
+        "switch": switch,
         "tensorboard": str(tb),
         "curves": {str(k): v for k, v in curves.items()},
         "seconds": round(time.monotonic() - t0, 1),

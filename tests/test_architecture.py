@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lowest first: a package may import those before it, never one after it.
 LAYERS = (
+    # The training rehearsal's CPU layer: shipped alone to rehearsal jobs, it imports nothing of ours.
+    "rehearsal_cpu",
     "searchrl",
     "search_backend",
     "routing",

@@ -50,7 +50,9 @@ def test_the_rehearsal_adds_exactly_the_cpu_layer(tmp_path):
     assert cpu["worker_process_setup_hook"] == "rehearsal_cpu.activate"
     assert [Path(p).name for p in cpu["py_modules"]] == ["rehearsal_cpu", "vllm", "flash_attn"]
     added = set(cpu["env_vars"]) - set(env["env_vars"])
-    assert added == {cpu_layer.OVERRIDES_ENV, cpu_layer.SYNC_LOG_ENV, "TOKENIZERS_PARALLELISM"}
+    assert added == {cpu_layer.OVERRIDES_ENV, cpu_layer.SYNC_LOG_ENV}
+    # OpenRLHF's train() calls ray.init with these env vars: Ray refuses a job env naming any of them.
+    assert not {"TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"} & set(cpu["env_vars"])
     assert all(cpu["env_vars"][k] == v for k, v in env["env_vars"].items())
     assert json.loads(cpu["env_vars"][cpu_layer.OVERRIDES_ENV])[0]["flag"] == "ds.attn_implementation"
 
