@@ -48,29 +48,20 @@ def names(rng: random.Random, count: int) -> list[str]:
     return found
 
 
-def name(rng: random.Random, taken: set[str], firsts: list[str], lasts: list[str]) -> str:
-    # People share first names and surnames, as people do: a name is a pair, and each half recurs often
-    # enough to be one token of a small tokenizer, so a small policy can copy it into a query.
-    while True:
-        full = f"{rng.choice(firsts)} {rng.choice(lasts)}"
-        if full not in taken:
-            taken.add(full)
-            return full
-
-
 def world(people: int, seed: int) -> tuple[list[dict], list[dict]]:
     rng = random.Random(seed)
-    taken: set[str] = set()
-    firsts, lasts = names(rng, 40), names(rng, 40)
+    # One made-up word a person, recurring in their passages often enough to be a token or two of a small
+    # tokenizer: a small policy can copy it into a query, and search finds that person's passages by it.
+    people_names = names(rng, people)
     passages, questions = [], []
     for i in range(people):
-        who = name(rng, taken, firsts, lasts)
+        who = people_names[i]
         city, trade, instrument, habit = (rng.choice(CITIES), rng.choice(TRADES), rng.choice(INSTRUMENTS),
                                           rng.choice(HABITS))  # fmt: skip
         texts = [
-            f"{who} was born in {city}, where {who.split()[0]} spent a quiet childhood.",
+            f"{who} was born in {city}, where {who} spent a quiet childhood.",
             f"{who} works as a {trade} and plays the {instrument} in the evenings.",
-            f"{who} {habit} and is liked by everyone who knows {who.split()[0]}.",
+            f"{who} {habit} and is liked by everyone who knows {who}.",
         ]
         passages += [{"id": f"fict-{i}-{j}", "title": who, "text": t} for j, t in enumerate(texts)]
         questions.append({"question": f"In which city was {who} born?", "answer": city, "person": who})

@@ -111,8 +111,12 @@ async def _evaluate(
     try:
         results = await run_episodes(engine, env, prompts, labels, params)
         scored = await asyncio.gather(
-            *(rewards.score(r.episode.prompt + r.episode.solution, r.episode.prompt, r.episode.label,
-                            r.episode.metadata()) for r in results)  # fmt: skip
+            *(
+                rewards.score(
+                    r.episode.prompt + r.episode.solution, r.episode.prompt, r.episode.label, r.episode.metadata()
+                )
+                for r in results
+            )  # fmt: skip
         )
     finally:
         await search.aclose()
@@ -147,7 +151,9 @@ def steps_of(curves: dict[str, dict[str, float]]) -> list[dict[str, float]]:
     return [{"step": int(k), **{v: c[t] for t, v in STEP_KEYS.items() if t in c}} for k, c in curves.items()]
 
 
-def run_stage(stage: str, steps: int, out: Path, lr: float, seed: int, pretrain: Path | None, extra: list[str]) -> dict:
+def run_stage(
+    stage: str, steps: int, out: Path, lr: float, seed: int, pretrain: Path | None, extra: list[str]
+) -> dict:
     print(f"[learning] seed {seed}: {stage} for {steps} steps, lr {lr}, into {out}", flush=True)
     result = train_rehearsal.train(
         stage, None, extra, steps, resume=False, out=out, pretrain=pretrain, lr=lr, seed=seed
@@ -220,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.no_control:
                     c2 = run_stage("stage2", args.steps2, home / "control", 0.0, seed, stage1_final, [])
                     entry["stage2"]["control"] = c2
-                    ev2["control"] = evaluate(Path(c2["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, [])
+                    ev2["control"] = evaluate(
+                        Path(c2["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, []
+                    )
                 for name in options:
                     o = run_stage("stage2", args.steps2, home / name, args.lr, seed, stage1_final, OPTIONS[name])
                     entry["stage2"][name] = o
@@ -275,8 +283,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("stage1", "score", "stage 1: format-and-search rate"), ("stage1", "reward", "stage 1: mean reward"),
-              ("stage2", "em", "stage 2: EM"), ("stage2", "searches_per_episode", "stage 2: searches per episode")]  # fmt: skip
+    panels = [
+        ("stage1", "score", "stage 1: format-and-search rate"),
+        ("stage1", "reward", "stage 1: mean reward"),
+        ("stage2", "em", "stage 2: EM"),
+        ("stage2", "searches_per_episode", "stage 2: searches per episode"),
+    ]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for ax, (stage, key, title) in zip(axes.flat, panels, strict=True):
         for s in report["seeds"]:

@@ -567,6 +567,53 @@ def router_cost() -> str:
     return f"{head}\n\n{table(header, rows)}"
 
 
+LEARNING_KEYS = ("score", "em", "reward", "searches_per_episode", "response_length")
+
+
+def learning() -> str:
+    """The learning run: every checkpoint's independent evaluation, per seed and as a mean, with the targets."""
+    d = load("learning")
+    st = d["settings"]
+    head = source(
+        "learning",
+        d,
+        f" {len(d['seeds'])} seed(s); stage 1 {st['steps1']} and stage 2 {st['steps2']} rollout steps of 8 prompts x "
+        f"8 samples, lr {st['lr']:g}; each checkpoint sampled on "
+        f"{d['seeds'][0]['stage1']['eval']['final']['episodes']} held-out episodes outside the training loop",
+    )
+    rows = []
+    for stage, metric, names in (
+        ("stage1", "score", ("warm_start", "final", "control")),
+        ("stage2", "em", ("start", "final", "control", "process", "efficiency")),
+    ):
+        for name in names:
+            per_seed = [s[stage]["eval"][name] for s in d["seeds"] if stage in s and name in s[stage]["eval"]]
+            if not per_seed:
+                continue
+            means = {k: sum(e[k] for e in per_seed) / len(per_seed) for k in LEARNING_KEYS}
+            rows.append(
+                (
+                    f"{stage} {name.replace('_', ' ')}",
+                    " / ".join(f"{e[metric]:.2f}" for e in per_seed),
+                    f"{means['score']:.3f}",
+                    f"{means['em']:.3f}",
+                    f"{means['reward']:.3f}",
+                    f"{means['searches_per_episode']:.2f}",
+                    f"{means['response_length']:.0f}",
+                )
+            )
+    body = table(
+        ["checkpoint", "per seed (stage 1: format+search; stage 2: EM)", "score", "EM", "reward", "searches",
+         "tokens"],
+        rows,
+    )  # fmt: skip
+    targets = "; ".join(
+        f"{stage}: " + ", ".join(f"{k.replace('_', ' ')} {'met' if v else 'NOT met'}" for k, v in t["targets"].items())
+        for stage, t in d["summary"].items()
+    )
+    return f"{head}\n\n{body}\n\nTargets: {targets}."
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "encode": encode,
     "scale": scale,
@@ -583,6 +630,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "hostile": hostile,
     "gmtrouter": gmtrouter,
     "router-cost": router_cost,
+    "learning": learning,
 }
 
 

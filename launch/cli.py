@@ -79,11 +79,7 @@ GROUPS: dict[str, str] = {
     "reward": "serve and compute rewards",
     "data": "prepare training data",
     "data prepare": "write a stage's prompt dataset for OpenRLHF",
-<<<<<<< HEAD
-    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2, router_r1 or sft)",
-=======
-    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2, router_r1 or rag_r1)",
->>>>>>> main
+    "stage": "submit, rehearse or check a training stage (STAGE: stage1, stage2, router_r1, rag_r1 or sft)",
     "servers": "the retrieval and reward servers of a training run",
     "eval": "evaluate models and score results",
     "gmtrouter": "the personalised routing policy (GMTRouter): train, evaluate, synthetic users",

@@ -273,8 +273,9 @@ def cpu_demo(args: argparse.Namespace) -> int:
         summary["training"] = trained
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         print(
-            f"[quickstart] training: format-and-search rate {trained['score_first']:.2f} -> {trained['score_last']:.2f},"
-            f" mean reward {trained['mean_reward_first']:.2f} -> {trained['mean_reward_last']:.2f} over "
+            f"[quickstart] training: format-and-search rate {trained['score_first']:.2f} -> "
+            f"{trained['score_last']:.2f}, mean reward {trained['mean_reward_first']:.2f} -> "
+            f"{trained['mean_reward_last']:.2f} over "
             f"{trained['steps']} steps ({trained['seconds']:.0f} s)"
         )
     return 0

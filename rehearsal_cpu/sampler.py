@@ -155,9 +155,7 @@ class BatchSampler:
             steps = out.scores if self.processed_logprobs else out.logits
         return [self._complete(r, generated[i].tolist(), limits[i], steps, i, set(eos)) for i, r in enumerate(batch)]
 
-    def _complete(
-        self, r: _Request, tokens: list[int], limit: int, steps: Any, row: int, eos: set[int]
-    ) -> Completion:
+    def _complete(self, r: _Request, tokens: list[int], limit: int, steps: Any, row: int, eos: set[int]) -> Completion:
         params = r.params
         tokens = tokens[:limit]
         end, reason, stop = len(tokens), "length", None

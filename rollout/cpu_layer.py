@@ -18,6 +18,8 @@ CPU_LAYER = ROOT / "rehearsal_cpu"
 SYNC_LOG_ENV = "SEARCHRL_CPU_SYNC_LOG"
 OVERRIDES_ENV = "SEARCHRL_CPU_OVERRIDES"
 SETUP_HOOK = "rehearsal_cpu.activate"
+
+
 @dataclass(frozen=True)
 class Override:
     flag: str
@@ -68,5 +70,3 @@ def runtime_env_with_cpu_layer(
     if sync_log is not None:
         env_vars[SYNC_LOG_ENV] = str(sync_log)
     return {**env, **cpu, "env_vars": env_vars}
-
-

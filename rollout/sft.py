@@ -90,7 +90,10 @@ def submit(overrides: list[str], address: str | None, dry_run: bool) -> int:
         return 0
     dataset = Path(str(plan["flags"]["data.dataset"]))
     if not dataset.is_file():
-        print(f"error: data.dataset: {dataset}: no such file (write it with `searchrl data prepare sft`)", file=sys.stderr)
+        print(
+            f"error: data.dataset: {dataset}: no such file (write it with `searchrl data prepare sft`)",
+            file=sys.stderr,
+        )
         return 1
     return subprocess.run(cmd, cwd=ROOT).returncode
 
@@ -112,16 +115,16 @@ def rehearse(
     pretrain: Path,
     out: Path,
     overrides: Sequence[str] = (),
-    lr: float = 3e-3,
+    lr: float = 2e-3,
     epochs: int = 6,
-    batch: int = 32,
+    batch: int = 8,
     seed: int = 0,
 ) -> dict[str, Any]:
     """The SFT stage as its job runs, on CPU: `ray job submit` -- torchrun (one rank) -- train_sft. Returns
     where the model was saved and the run's figures; raises RuntimeError when the job fails."""
+    from rollout.cpu_layer import runtime_env_with_cpu_layer
     from rollout.rehearse import RayHead
     from rollout.submit import excludes
-    from rollout.cpu_layer import runtime_env_with_cpu_layer
 
     out.mkdir(parents=True, exist_ok=True)
     cpu = cpu_overrides(lr, epochs, batch)
@@ -160,7 +163,6 @@ def rehearse(
         "overrides": [asdict(o) for o in cpu],
         "seconds": round(time.monotonic() - t0, 1),
     }
-
 
 
 def trajectory_messages(prompt: str, solution: str, eos: str) -> list[dict[str, str]]:

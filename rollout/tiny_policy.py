@@ -104,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-
-# The policy the training rehearsal trains: Qwen2-shaped (as R1-Searcher's Qwen-2.5 policies), small
-# enough that one REINFORCE++ step takes seconds on 2 cores. The tags stay plain text, as R1-Searcher
-# adds no tokens; the tokenizer splits like Qwen2.5's.
-POLICY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+# The policy the training rehearsal trains: Qwen2-shaped (as R1-Searcher's Qwen-2.5 policies), 0.63M
+# parameters, small enough that one REINFORCE++ step takes seconds on 2 cores, large enough (3 layers) to copy
+# a name into a query and a city out of a passage. The tags stay plain text, as R1-Searcher adds no tokens;
+# the tokenizer splits like Qwen2.5's.
+POLICY_SHAPE = {"hidden_size": 96, "intermediate_size": 192, "num_hidden_layers": 3, "num_attention_heads": 4}
 POLICY_VOCAB = 4000
 
 

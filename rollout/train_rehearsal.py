@@ -19,7 +19,6 @@ the saved model, a resumed run advances, extra_logs keys agree under a sampling 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,9 +26,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rollout import tiny_policy
-from rollout.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
 from rollout.config import stage_package
+from rollout.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
 from rollout.rehearse import RayHead
 from rollout.service import free_port, start_module, stop
 from searchrl.config import ConfigError
@@ -163,7 +161,9 @@ def optimizer_steps(ckpt: Path) -> int | None:
 def step_table(curves: dict[int, dict[str, float]]) -> str:
     """One row per step: the stage's score is its correctness (stage 1: searched with well-formed blocks
     and no format violation; stage 2: the answer metric)."""
-    lines = [f"{'step':>4} {'reward':>7} {'score':>6} {'em':>5} {'searches':>8} {'length':>7} {'gen s':>6} {'train s':>7}"]
+    lines = [
+        f"{'step':>4} {'reward':>7} {'score':>6} {'em':>5} {'searches':>8} {'length':>7} {'gen s':>6} {'train s':>7}"
+    ]
     for step, c in curves.items():
         lines.append(
             f"{step:>4} {c.get('reward', 0):>7.3f} {c.get('score', 0):>6.3f} {c.get('em', 0):>5.2f}"
@@ -221,8 +221,14 @@ def train(
     work.mkdir(parents=True, exist_ok=True)
     final, ckpt, tb = work / "final", work / "ckpt", work / "tensorboard"
     sync_log, resumed_tb, resumed_final = work / "sync.jsonl", work / "resumed/tensorboard", work / "resumed/final"
-    _clean(final, ckpt, tb, sync_log, work / "resumed")
     t0 = time.monotonic()
+    if stage == "stage2_answer" and pretrain is None and (missing := previous_checkpoint_missing(out)):
+        where = "" if out == TRAIN_DIR.resolve() else f" --out {out}"
+        raise ConfigError(
+            f"stage 2 starts from stage 1's final checkpoint, and {missing}: run "
+            f"`searchrl stage rehearse stage1 --train --steps N{where}` first (or pass --pretrain PATH)"
+        )
+    _clean(final, ckpt, tb, sync_log, work / "resumed")
     index = build_index()
     start: list[str] = []
     if stage == "stage1_format":
@@ -231,13 +237,6 @@ def train(
     elif pretrain is not None:
         start = [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
     else:
-        missing = previous_checkpoint_missing(out)
-        if missing:
-            raise ConfigError(
-                f"stage 2 starts from stage 1's final checkpoint, and {missing}: run "
-                f"`searchrl stage rehearse stage1 --train --steps N{'' if out == TRAIN_DIR.resolve() else f' --out {out}'}` "
-                "first (or pass --pretrain PATH)"
-            )
         start = [f"init_from={out / 'stage1_format.resolved.json'}"]
     base = resolve(stage_name, model, [*start, *overrides])
     cpu = cpu_overrides(base["flags"], lr)
@@ -277,7 +276,10 @@ def train(
         gpus = int(plan["flags"].get("actor.num_nodes", 1)) * int(plan["flags"]["actor.num_gpus_per_node"])
         head = RayHead(work, num_cpus=4, num_gpus=gpus)
         head.wait()
-        print(f"[train] ray job submit ... -- python3 -m rehearsal_cpu.launch {ENTRY} (log {work / 'job.log'})", flush=True)
+        print(
+            f"[train] ray job submit ... -- python3 -m rehearsal_cpu.launch {ENTRY} (log {work / 'job.log'})",
+            flush=True,
+        )
         code = run_job(head, env, plan["train_args"], work / "job.log")
         curves = step_curves(tb)
         if code != 0 or not (final / "config.json").is_file():

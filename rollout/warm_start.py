@@ -16,8 +16,9 @@ not (the same mask as RL's action ranges). The kinds, with their share in `MIXTU
 | no_answer | searches, closes `</think>`, stops without an answer | 0.5 |
 | query_left_open | opens a query and never closes it | 0.0 |
 
-Answers: the gold for the real stage-1 questions; for the fictional people (answers only in the
-documents) the birthplace the documents name with probability `copy_rate`, another city otherwise.
+One trajectory per real stage-1 question (all but the last 100, kept for evaluation), answered with its
+gold; three per fictional person of the training split (answers only in the documents), answered with the
+birthplace the documents name with probability `copy_rate` (0.5), another city otherwise.
 """
 
 from __future__ import annotations
@@ -182,8 +183,9 @@ def ensure(
     def retrieve(queries: list[str]) -> list[list[str]]:
         return [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, 3))]
 
-    questions = [*real_questions(), *fictional_questions()]
-    rows = build(questions, lambda q: model.template.replace("{question}", q), retrieve, "</s>", seed=seed, copies=2)
+    render = lambda q: model.template.replace("{question}", q)  # noqa: E731
+    rows = build(real_questions(), render, retrieve, "</s>", seed=seed, copies=1)
+    rows += build(fictional_questions(), render, retrieve, "</s>", seed=seed + 1, copies=3, copy_rate=0.5)
     data = home / "sft.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     texts = [model.template] * 20 + ["".join(m["content"] for m in r["messages"]) for r in rows]

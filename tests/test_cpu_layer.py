@@ -125,7 +125,8 @@ def test_weight_sync_over_gloo_through_openrlhf_set_up(policy, tmp_path):
     worker receives them through OpenRLHF's own stateless_init_process_group; digests then agree."""
     _, _, folder = policy
     script = tmp_path / "sync.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import asyncio, json, socket, sys, torch
         from multiprocessing import Process
         sys.path.insert(0, {str(STUBS)!r}); sys.path.insert(0, {str(ROOT)!r})
@@ -155,7 +156,8 @@ def test_weight_sync_over_gloo_through_openrlhf_set_up(policy, tmp_path):
                 group.broadcast(p.data, src=0, stream=None)
             proc.join(120)
             print("TRAINED", weights_digest(trained.named_parameters()), flush=True)
-    """))
+    """)
+    )
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     lines = dict(line.split() for line in done.stdout.splitlines() if line.startswith(("ENGINE", "TRAINED")))
     assert done.returncode == 0, done.stderr[-3000:]

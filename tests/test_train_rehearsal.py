@@ -35,7 +35,11 @@ def test_a_real_submit_neither_carries_nor_activates_the_cpu_layer(stage, tmp_pa
     # The job's entry is OpenRLHF's module itself, not the rehearsal's launcher.
     from rollout.submit import ray_command
 
-    assert ray_command(plan, None, env)[-len(plan["train_args"]) - 3 :][:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    assert ray_command(plan, None, env)[-len(plan["train_args"]) - 3 :][:3] == [
+        "python3",
+        "-m",
+        "openrlhf.cli.train_ppo_ray",
+    ]
 
 
 def test_the_rehearsal_adds_exactly_the_cpu_layer(tmp_path):
@@ -141,7 +145,9 @@ def test_prepare_sft_from_released_trajectories(tmp_path):
     assert rc == 0
     rows = [json.loads(line) for line in out.open()]
     assert len(rows) == 24 and all(r["messages"][0]["role"] == "user" for r in rows)
-    assert all(m["content"].startswith("<|begin_of_documents|>") for r in rows for m in r["messages"] if m["role"] == "tool")
+    assert all(
+        m["content"].startswith("<|begin_of_documents|>") for r in rows for m in r["messages"] if m["role"] == "tool"
+    )
 
 
 def test_sft_flags_pass_train_sft_parser():
@@ -149,3 +155,32 @@ def test_sft_flags_pass_train_sft_parser():
     assert "--data.multiturn" in plan["train_args"] and "--ds.zero_stage" in plan["train_args"]
     with pytest.raises(ValueError, match="not flags"):
         sft.resolve(["openrlhf.rollout.batch_size=3"])
+
+
+def test_stage2_without_a_stage1_checkpoint_says_how_to_make_one(tmp_path):
+    from rollout.train_rehearsal import train
+    from searchrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"searchrl stage rehearse stage1 --train --steps N --out"):
+        train("stage2", None, [], 2, out=tmp_path)
+
+
+def test_step_curves_and_synced_digests_read_openrlhf_logs(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rollout.train_rehearsal import step_curves, step_table, synced_digests
+
+    writer = SummaryWriter(str(tmp_path / "tb" / "run"))
+    for step, reward in ((1, 0.25), (2, 0.75)):
+        for key, value in (("reward", reward), ("score", reward / 2), ("timing/generation", 3.0)):
+            writer.add_scalar(f"train/{key}", value, step)
+    writer.add_scalar("eval/ignored", 1.0, 1)
+    writer.close()
+    curves = step_curves(tmp_path / "tb")
+    assert curves == {1: {"reward": 0.25, "score": 0.125, "timing/generation": 3.0},
+                      2: {"reward": 0.75, "score": 0.375, "timing/generation": 3.0}}  # fmt: skip
+    assert "0.750" in step_table(curves).splitlines()[2]
+    log = tmp_path / "sync.jsonl"
+    log.write_text("".join(json.dumps({"pid": p, "sync": s, "digest": d}) + "\n"
+                           for p, s, d in ((1, 1, "a"), (2, 1, "a"), (1, 2, "b"), (2, 2, "b"))))  # fmt: skip
+    assert synced_digests(log) == ["b", "b"]

@@ -16,9 +16,7 @@ class StatelessProcessGroup:
     store: dist.TCPStore
 
     @staticmethod
-    def create(
-        host: str, port: int, rank: int, world_size: int, store_timeout: int = 300
-    ) -> StatelessProcessGroup:
+    def create(host: str, port: int, rank: int, world_size: int, store_timeout: int = 300) -> StatelessProcessGroup:
         store = dist.TCPStore(
             host, port, world_size, is_master=rank == 0, timeout=datetime.timedelta(seconds=store_timeout)
         )
