@@ -137,7 +137,7 @@ def saved_digest(hf_dir: Path) -> str:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rehearsal_cpu.weights import weights_digest
+    from searchrl.weights import weights_digest
 
     AutoTokenizer.from_pretrained(hf_dir)
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16)

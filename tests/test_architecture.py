@@ -13,9 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lowest first: a package may import those before it, never one after it.
 LAYERS = (
-    # The training rehearsal's CPU layer: shipped alone to rehearsal jobs, it imports nothing of ours.
-    "rehearsal_cpu",
     "searchrl",
+    # The training rehearsal's CPU layer: shipped to rehearsal jobs only; it imports the core alone, and no
+    # package imports it (the rehearsal names it by path), so no real job's upload reaches it.
+    "rehearsal_cpu",
     "search_backend",
     "routing",
     "reward_server",

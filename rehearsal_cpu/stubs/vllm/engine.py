@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from rehearsal_cpu.sampler import BatchSampler
-from rehearsal_cpu.weights import weights_digest
+from searchrl.weights import weights_digest
 from vllm.outputs import CompletionOutput, Logprob, RequestOutput
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "auto": torch.bfloat16}

@@ -1,4 +1,4 @@
-"""A digest of a model's weights, so an engine's weights and a saved checkpoint can be compared by value."""
+"""A digest of a model's weights, so two copies (an engine's, a saved checkpoint's) can be compared by value."""
 
 from __future__ import annotations
 
