@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -51,7 +52,11 @@ class ServerConfig(IndexSettings):
     max_results: int = Field(default=10_000, ge=1, description="queries x top_k in one request (answer size)")
     max_body_bytes: int = Field(default=1 << 20, ge=1)
     token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
-    threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="torch and FAISS CPU threads (default on CPU: one fewer than the cores, at least 1)",
+    )
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
 
 
@@ -168,6 +173,13 @@ async def json_answer(content: dict[str, Any], results: int) -> Response:
     return Response(json.dumps(content), media_type="application/json")
 
 
+def default_threads() -> int:
+    """One fewer than the cores this process may run on, at least one. The event loop needs a core of its own:
+    when the encoder's thread pool takes every core, each of its parallel steps waits for a thread the event
+    loop (or any other process) preempted, and on 2 cores that made encoding 2-10x slower (docs/SEARCH.md)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 def set_cpu_threads(threads: int) -> None:
     """Cap torch's and FAISS's CPU thread pools, leaving a core for the event loop on small machines."""
     import torch
@@ -185,8 +197,10 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = backend is None
-        if config.threads:
-            set_cpu_threads(config.threads)
+        # A backend passed in belongs to a host process whose thread settings are its own.
+        threads = config.threads or (default_threads() if owned and config.device == "cpu" else None)
+        if threads:
+            set_cpu_threads(threads)
         active = backend
         if active is None:
             from search_backend.config import SearchConfig, open_backend
