@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,6 +56,34 @@ def bench_app() -> FastAPI:
     return app
 
 
+def echo_app() -> FastAPI:
+    """The yardstick of issue 24: a plain FastAPI app, no guard, whose endpoint takes the JSON body and returns it."""
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    return app
+
+
+def serve_echo(port: int, workers: int) -> None:
+    import uvicorn
+
+    from searchrl.server import Limits, uvicorn_options
+
+    uvicorn.run(
+        "benchmarks.reward_server:echo_app",
+        factory=True,
+        host="127.0.0.1",
+        port=port,
+        workers=workers,
+        log_level="warning",
+        access_log=False,
+        **uvicorn_options(Limits()),
+    )
+
+
 def serve(port: int, workers: int) -> None:
     import uvicorn
 
@@ -76,6 +105,19 @@ def serve(port: int, workers: int) -> None:
     )
 
 
+def wait_echo(url: str, proc: subprocess.Popen) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.post(f"{url}/echo", json={"query": []}, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url}/echo did not start")
+
+
 def process_tree(pid: int) -> list[int]:
     found = [pid]
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
@@ -94,22 +136,26 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def measure(url: str, pids: list[int], bodies: list[bytes], concurrency: int, seconds: float, rounds: int) -> dict:
-    """Alternating slices of each endpoint; requests, latencies and server CPU summed per endpoint."""
-    paths = ("/trivial", "/trivial_validated", "/get_reward")
-    slices: dict[str, list[LoadResult]] = {p: [] for p in paths}
-    cpu = dict.fromkeys(paths, 0.0)
+def measure(
+    endpoints: dict[str, str], pids: list[int], bodies: list[bytes], concurrency: int, seconds: float, rounds: int
+) -> dict:
+    """Alternating slices of each endpoint (name -> URL); requests, latencies and server CPU summed per endpoint.
+    `pids` are every server process (the reward server's and the echo app's): the idle one costs nothing."""
+    slices: dict[str, list[LoadResult]] = {name: [] for name in endpoints}
+    cpu = dict.fromkeys(endpoints, 0.0)
     for _ in range(rounds):
-        for path in paths:
+        for name, url in endpoints.items():
+            base, path = url.rsplit("/", 1)
+            ok = b'{"query"' if name == "echo" else b'{"rewards"'
             before = cpu_seconds(pids)
-            slices[path].append(
-                asyncio.run(closed_loop(url, path, bodies, concurrency, seconds / rounds, ok_prefix=b'{"rewards"'))
+            slices[name].append(
+                asyncio.run(closed_loop(base, f"/{path}", bodies, concurrency, seconds / rounds, ok_prefix=ok))
             )
-            cpu[path] += cpu_seconds(pids) - before
+            cpu[name] += cpu_seconds(pids) - before
     out = {}
-    for path, results in slices.items():
+    for name, results in slices.items():
         served = sum(r.requests for r in results)
-        out[path.strip("/")] = {
+        out[name] = {
             "requests": served,
             "errors": sum(r.errors for r in results),
             "rps": served / seconds,
@@ -117,7 +163,7 @@ def measure(url: str, pids: list[int], bodies: list[bytes], concurrency: int, se
             "p50_ms": max(r.p50_ms for r in results),
             "p99_ms": max(r.p99_ms for r in results),
             "max_ms": max(r.max_ms for r in results),
-            "server_cpu_us_per_request": round(1e6 * cpu[path] / served, 1) if served else None,
+            "server_cpu_us_per_request": round(1e6 * cpu[name] / served, 1) if served else None,
         }
     return out
 
@@ -163,49 +209,78 @@ def main() -> int:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="server worker processes to measure")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/reward_server.json")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--serve-echo", type=int, help=argparse.SUPPRESS)
     p.add_argument("--serve-workers", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
         serve(args.serve, args.serve_workers)
+        return 0
+    if args.serve_echo:
+        serve_echo(args.serve_echo, args.serve_workers)
         return 0
 
     records = [json.loads(line) for line in TRAJECTORIES.open()]
     bodies = agent_bodies(records)
     rows = []
     for workers in args.workers:
-        port = free_port()
-        cmd = [sys.executable, __file__, "--serve", str(port), "--serve-workers", str(workers)]
-        proc = subprocess.Popen(cmd)
+        procs = []
         try:
-            base = f"http://127.0.0.1:{port}"
-            wait_healthy(base, 60, proc)
+            urls = {}
+            for flag in ("--serve", "--serve-echo"):
+                port = free_port()
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.reward_server",
+                    flag,
+                    str(port),
+                    "--serve-workers",
+                    str(workers),
+                ]
+                procs.append(subprocess.Popen(cmd, cwd=ROOT))
+                urls[flag] = f"http://127.0.0.1:{port}"
+            wait_healthy(urls["--serve"], 60, procs[0])
+            wait_echo(urls["--serve-echo"], procs[1])
             time.sleep(1.0 if workers > 1 else 0.0)  # every worker up
-            pids = process_tree(proc.pid)
+            pids = [pid for proc in procs for pid in process_tree(proc.pid)]
+            base = urls["--serve"]
+            endpoints = {
+                "get_reward": f"{base}/get_reward",
+                "trivial": f"{base}/trivial",
+                "trivial_validated": f"{base}/trivial_validated",
+                "echo": f"{urls['--serve-echo']}/echo",
+            }
             asyncio.run(closed_loop(base, "/get_reward", bodies, 16, 1.0))  # warm-up
+            asyncio.run(closed_loop(urls["--serve-echo"], "/echo", bodies, 16, 1.0, ok_prefix=b'{"query"'))
             for c in args.concurrency:
-                point = measure(base, pids, bodies, c, args.seconds, args.rounds)
-                reward, trivial, validated = point["get_reward"], point["trivial"], point["trivial_validated"]
+                point = measure(endpoints, pids, bodies, c, args.seconds, args.rounds)
+                reward, trivial, validated, echo = (point[k] for k in endpoints)
                 row = {
                     "workers": workers,
                     "concurrency": c,
                     "reward": reward,
                     "trivial": trivial,
                     "trivial_validated": validated,
+                    "echo": echo,
                     "ratio": reward["rps"] / trivial["rps"],
                     "ratio_to_validated": reward["rps"] / validated["rps"],
+                    "ratio_to_echo": reward["rps"] / echo["rps"],
                     "cpu_ratio": trivial["server_cpu_us_per_request"] / reward["server_cpu_us_per_request"],
+                    "cpu_ratio_to_echo": echo["server_cpu_us_per_request"] / reward["server_cpu_us_per_request"],
                 }
                 rows.append(row)
                 print(
                     f"workers {workers} c={c:>4}  reward {reward['rps']:6.0f} req/s (p50 {reward['p50_ms']:6.1f} ms, "
-                    f"p99 {reward['p99_ms']:6.1f} ms, {reward['server_cpu_us_per_request']:.0f} us CPU)  trivial "
-                    f"{trivial['rps']:6.0f} ({trivial['server_cpu_us_per_request']:.0f} us)  validated "
-                    f"{validated['rps']:6.0f}  ratio {row['ratio']:.2f}  CPU ratio {row['cpu_ratio']:.2f}",
+                    f"{reward['server_cpu_us_per_request']:.0f} us CPU)  trivial {trivial['rps']:6.0f} "
+                    f"({trivial['server_cpu_us_per_request']:.0f} us)  validated {validated['rps']:6.0f}  echo "
+                    f"{echo['rps']:6.0f} ({echo['server_cpu_us_per_request']:.0f} us)  ratio to echo "
+                    f"{row['ratio_to_echo']:.2f}, to trivial {row['ratio']:.2f}",
                     flush=True,
                 )
         finally:
-            proc.terminate()
-            proc.wait(20)
+            for proc in procs:
+                proc.terminate()
+                proc.wait(20)
     at64 = [r for r in rows if r["concurrency"] == 64]
     result = {
         "benchmark": "reward_server",
@@ -219,9 +294,11 @@ def main() -> int:
         "baselines": {
             "trivial": "same app, middleware, server and workers; reads the body, answers a constant",
             "trivial_validated": "as trivial, plus parsing the body into the reward request model",
+            "echo": "a plain FastAPI app (no guard), same server options and workers: `async def echo(body: dict) -> "
+            "dict: return body`",
         },
-        "target": "reward endpoint >= 0.8 of the trivial endpoint at concurrency 64, same worker count",
-        "target_met": {str(r["workers"]): r["ratio"] >= 0.8 for r in at64},
+        "target": "reward endpoint >= 0.8 of the FastAPI echo endpoint at concurrency 64, same worker count",
+        "target_met": {str(r["workers"]): r["ratio_to_echo"] >= 0.8 for r in at64},
         "scoring_us_in_process": scoring_cost(records),
         "load_generator": "benchmarks/loadgen.py, raw HTTP/1.1 keep-alive connections on the same machine",
     }
