@@ -283,6 +283,7 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
     rates: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
     latency: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
     errors: dict[str, int] = {}
+    load_before = os.getloadavg()[0]
     try:
         for name, cmd in processes.items():
             probe = next(t for t in measured if t.process == name)
@@ -312,6 +313,9 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
             proc.wait(timeout=30)
     return {
         "date": time.strftime("%Y-%m-%d"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        # The machine is shared: its 1-minute load average before and after says how busy it was.
+        "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)],
         "passages": len(backend.store),
         "queries": len(queries),
         "top_k": TOP_K,
