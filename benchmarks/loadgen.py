@@ -8,10 +8,12 @@ CPU per request than the servers do, and the load generator must not be what is 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,23 @@ async def closed_loop(
         wrong=wrong,
         slow=sum(t > slow_s for t in latencies),
     )
+
+
+def process_tree(pid: int) -> list[int]:
+    """A process and all its descendants (a server's worker processes)."""
+    found = [pid]
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        found += process_tree(int(child))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds these processes have used: a cost that other load on the machine barely moves."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total

@@ -15,7 +15,9 @@ model on the same CPU:
   GPU FAISS), `.cuda()` made the identity since this machine has no GPU, and uvicorn bound to loopback on
   the given port;
 - R1-Searcher: `FlagEmbedding.FlagModel` (a BGE wrapper, CLS pooling) stood in for by the same MiniLM
-  through sentence-transformers with its `encode_queries` method; Flask's server bound to loopback.
+  through sentence-transformers with its `encode_queries` method; Flask's server bound to loopback;
+- `--threads N` caps torch's and FAISS's threads as the project's server does (the peers ship with their
+  libraries' defaults, measured too).
 """
 
 from __future__ import annotations
@@ -124,9 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--file", type=Path, required=True, help="the peer's server file, from a clone of its repository")
     p.add_argument("--index", type=Path, required=True, help="index directory made by search_backend.build_index")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--threads", type=int, help="torch and FAISS CPU threads (default: theirs, as the peer ships)")
     args = p.parse_args(argv)
     if not args.file.is_file():
         raise SystemExit(f"--file {args.file}: not found; give the path of the peer's server file in a clone")
+    if args.threads:
+        from search_backend.serve import set_cpu_threads
+
+        set_cpu_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="searchrl-peer-") as work:
         if args.peer == "search-r1":
             search_r1(args.file, args.index, args.port, Path(work))

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from tqdm import tqdm  # noqa: E402
 
-from benchmarks.loadgen import LoadResult, closed_loop  # noqa: E402
+from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
 from rollout.service import free_port  # noqa: E402
 from search_backend.build_index import EMBED_DIR, build  # noqa: E402
 from search_backend.faiss_import import faiss  # noqa: E402
@@ -43,7 +43,7 @@ FULL_KILT_DIM = 1024
 BGE_LARGE_COST_RATIO = 335 / 22.7
 QUERIES = ROOT / "tests/fixtures/search/queries_1000.txt"
 TOP_K = 3
-VARIANTS = ["--threads 1", "--max-wait-ms 0"]
+VARIANTS = ["--threads 2", "--max-wait-ms 0"]
 
 
 def load_queries(path: Path) -> list[dict]:
@@ -210,8 +210,10 @@ def server_processes(index_dir: Path, args: argparse.Namespace) -> dict[str, lis
         processes[f"searchrl {variant}"] = ours + variant.split()
     for peer, file in peers(args).items():
         if file is not None:
-            processes[peer] = [sys.executable, "-m", "benchmarks.peers", peer, "--file", str(file)]
-            processes[peer] += ["--index", str(index_dir)]
+            cmd = [sys.executable, "-m", "benchmarks.peers", peer, "--file", str(file), "--index", str(index_dir)]
+            processes[peer] = cmd
+            for threads in args.peer_threads:
+                processes[f"{peer} --threads {threads}"] = [*cmd, "--threads", str(threads)]
     return processes
 
 
@@ -224,10 +226,13 @@ def targets(processes: dict[str, list[str]]) -> list[Target]:
     found += [
         Target(name, name, "/search", _search, b'{"results"') for name in processes if name.startswith("searchrl ")
     ]
-    if "search-r1" in processes:
-        found.append(Target("Search-R1 /retrieve", "search-r1", "/retrieve", _search_r1, b'{"result"'))
-    if "r1-searcher" in processes:
-        found.append(Target("R1-Searcher /queries", "r1-searcher", "/queries", _r1, b'{"answers"'))
+    for name in processes:
+        threads = name.partition(" --threads ")[2]
+        shown = f" ({threads} thread{'s' * (threads != '1')})" if threads else ""
+        if name.startswith("search-r1"):
+            found.append(Target(f"Search-R1 /retrieve{shown}", name, "/retrieve", _search_r1, b'{"result"'))
+        if name.startswith("r1-searcher"):
+            found.append(Target(f"R1-Searcher /queries{shown}", name, "/queries", _r1, b'{"answers"'))
     return found
 
 
@@ -260,7 +265,7 @@ def block(url: str, target: Target, queries: list[str], concurrency: int, second
 
 
 def in_process_block(backend: LocalFaissBackend, queries: list[str], batch: int, seconds: float) -> float:
-    """Queries/s of encode + search in this process, `batch` queries per call, no HTTP."""
+    """Queries/s of encode + search, `batch` queries per call, no HTTP."""
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         start = done % len(queries)
@@ -269,19 +274,67 @@ def in_process_block(backend: LocalFaissBackend, queries: list[str], batch: int,
     return done / (time.perf_counter() - started)
 
 
+def in_process_worker(index_dir: Path, queries_file: Path, threads: int) -> None:
+    """A process of its own per thread count, set once at start as the server sets it: each stdin line
+    `BATCH SECONDS` is answered with the queries/s of one block."""
+    from search_backend.serve import set_cpu_threads
+
+    set_cpu_threads(threads)
+    backend = LocalFaissBackend(index_dir)
+    queries = [q for q in queries_file.read_text(encoding="utf-8").splitlines() if q.strip()]
+    in_process_block(backend, queries, 1, 1.0)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        batch, seconds = line.split()
+        print(round(in_process_block(backend, queries, int(batch), float(seconds)), 1), flush=True)
+
+
+class InProcess:
+    """The in-process rate at one thread count, measured by a worker process on request."""
+
+    def __init__(self, index_dir: Path, args: argparse.Namespace, threads: int) -> None:
+        cmd = [sys.executable, "-m", "benchmarks.retrieval", "--kiltmini", str(args.kiltmini), "--index-worker"]
+        cmd += [str(index_dir), "--queries", str(args.queries), "--in-process-threads", str(threads)]
+        self.threads = threads
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        if self.proc.stdout is None or self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"in-process worker ({threads} threads) did not start")
+
+    def rate(self, batch: int, seconds: float) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{batch} {seconds}\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def medians(table: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    return {c: {k: statistics.median(v) for k, v in row.items()} for c, row in table.items()}
+
+
 def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespace) -> dict:
     """Interleaved blocks, every round: each level in turn, and at each level every target once (the order
     rotating from round to round) plus the in-process rate at the batch that level allows."""
-    from search_backend.serve import set_cpu_threads
+    from search_backend.build_index import STORE_DIR
+    from search_backend.store import PassageStore
 
-    backend = LocalFaissBackend(index_dir)
+    passages = len(PassageStore(index_dir / STORE_DIR))
     thread_counts = args.in_process_threads or sorted({1, torch_threads()})
+    workers: dict[int, InProcess] = {}
     processes = server_processes(index_dir, args)
     measured = targets(processes)
     levels = [int(c) for c in args.concurrency.split(",")]
     started: dict[str, tuple[subprocess.Popen, str]] = {}
     rates: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
     latency: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
+    # CPU time per request of the server's processes (per query in process): other engineers' load moves it
+    # far less than it moves wall-clock rates.
+    cpu_ms: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
     errors: dict[str, int] = {}
     load_before = os.getloadavg()[0]
     try:
@@ -290,7 +343,7 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
             started[name] = start_server(cmd, probe, args.work_dir / f"{name.replace(' ', '_')}.log")
             block(started[name][1], probe, queries, 8, 2.0)
             print(f"started {name}", flush=True)
-        in_process_block(backend, queries, 1, 1.0)
+        workers.update((t, InProcess(index_dir, args, t)) for t in thread_counts)
         for r in tqdm(range(args.rounds), desc="rounds"):
             for c in levels:
                 batch = min(c, args.max_batch)
@@ -298,25 +351,34 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
                 order = [*measured, *thread_counts][shift:] + [*measured, *thread_counts][:shift]
                 for target in order:
                     if isinstance(target, int):
-                        set_cpu_threads(target)
                         key = f"in-process, {target} thread{'s' * (target > 1)}, batch {batch}"
-                        rate = in_process_block(backend, queries, batch, args.seconds)
+                        before = cpu_seconds([workers[target].proc.pid])
+                        rate = workers[target].rate(batch, args.seconds)
+                        used = cpu_seconds([workers[target].proc.pid]) - before
                         rates[str(c)].setdefault(key, []).append(round(rate, 1))
+                        cpu_ms[str(c)].setdefault(key, []).append(round(1000 * used / (rate * args.seconds), 2))
                         continue
+                    pids = process_tree(started[target.process][0].pid)
+                    before = cpu_seconds(pids)
                     result = block(started[target.process][1], target, queries, c, args.seconds)
+                    used = cpu_seconds(pids) - before
                     rates[str(c)].setdefault(target.name, []).append(round(result.rps, 1))
+                    if result.requests:
+                        cpu_ms[str(c)].setdefault(target.name, []).append(round(1000 * used / result.requests, 2))
                     latency[str(c)].setdefault(target.name, []).append(round(result.p50_ms, 2))
                     errors[target.name] = errors.get(target.name, 0) + result.errors
     finally:
         for proc, _ in started.values():
             proc.terminate()
             proc.wait(timeout=30)
+        for worker in workers.values():
+            worker.close()
     return {
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         # The machine is shared: its 1-minute load average before and after says how busy it was.
         "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)],
-        "passages": len(backend.store),
+        "passages": passages,
         "queries": len(queries),
         "top_k": TOP_K,
         "seconds_per_block": args.seconds,
@@ -334,6 +396,10 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
         "errors": errors,
         "median_requests_per_s": {c: {k: statistics.median(v) for k, v in row.items()} for c, row in rates.items()},
         "median_p50_ms": {c: {k: statistics.median(v) for k, v in row.items()} for c, row in latency.items()},
+        "cpu_ms_per_request": cpu_ms,
+        "median_cpu_ms_per_request": {
+            c: {k: statistics.median(v) for k, v in row.items()} for c, row in cpu_ms.items()
+        },
     }
 
 
@@ -394,6 +460,14 @@ def parser() -> argparse.ArgumentParser:
     servers.add_argument("--concurrency", default="1,16,64,256")
     servers.add_argument("--seconds", type=float, default=3.0, help="length of one block")
     servers.add_argument("--rounds", type=int, default=3, help="blocks per target and level; medians reported")
+    p.add_argument("--index-worker", type=Path, help=argparse.SUPPRESS)
+    servers.add_argument(
+        "--peer-threads",
+        type=int,
+        nargs="*",
+        default=[1],
+        help="also run each peer at these torch/FAISS thread counts (default 1, the server's on 2 cores)",
+    )
     servers.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch (its default)")
     servers.add_argument(
         "--in-process-threads",
@@ -406,6 +480,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.index_worker:
+        in_process_worker(args.index_worker, args.queries, args.in_process_threads[0])
+        return 0
     args.variants = VARIANTS if args.variants is None else args.variants
     result: dict = {}
     if args.skip_index_types:

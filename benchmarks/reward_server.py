@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from fastapi import FastAPI, Request, Response  # noqa: E402
 
-from benchmarks.loadgen import LoadResult, closed_loop  # noqa: E402
+from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
 from rollout.service import free_port, wait_healthy  # noqa: E402
 
 TRAJECTORIES = ROOT / "tests/fixtures/r1searcher/hotpotqa_llama.jsonl"
@@ -118,24 +118,6 @@ def wait_echo(url: str, proc: subprocess.Popen) -> None:
     raise RuntimeError(f"{url}/echo did not start")
 
 
-def process_tree(pid: int) -> list[int]:
-    found = [pid]
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        found += process_tree(int(child))
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def measure(
     endpoints: dict[str, str], pids: list[int], bodies: list[bytes], concurrency: int, seconds: float, rounds: int
 ) -> dict:
@@ -146,7 +128,7 @@ def measure(
     for _ in range(rounds):
         for name, url in endpoints.items():
             base, path = url.rsplit("/", 1)
-            ok = b'{"query"' if name == "echo" else b'{"rewards"'
+            ok = b'{"query"' if name.endswith("echo") else b'{"rewards"'
             before = cpu_seconds(pids)
             slices[name].append(
                 asyncio.run(closed_loop(base, f"/{path}", bodies, concurrency, seconds / rounds, ok_prefix=ok))
@@ -222,39 +204,33 @@ def main() -> int:
     records = [json.loads(line) for line in TRAJECTORIES.open()]
     bodies = agent_bodies(records)
     rows = []
-    for workers in args.workers:
-        procs = []
-        try:
+    procs: list[subprocess.Popen] = []
+    endpoints: dict[str, str] = {}
+    try:
+        # Every worker count's servers run at once, their slices interleaved, so each sees the same machine load.
+        for workers in args.workers:
             urls = {}
             for flag in ("--serve", "--serve-echo"):
                 port = free_port()
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.reward_server",
-                    flag,
-                    str(port),
-                    "--serve-workers",
-                    str(workers),
-                ]
-                procs.append(subprocess.Popen(cmd, cwd=ROOT))
+                cmd = [sys.executable, "-m", "benchmarks.reward_server", flag, str(port)]
+                procs.append(subprocess.Popen([*cmd, "--serve-workers", str(workers)], cwd=ROOT))
                 urls[flag] = f"http://127.0.0.1:{port}"
-            wait_healthy(urls["--serve"], 60, procs[0])
-            wait_echo(urls["--serve-echo"], procs[1])
-            time.sleep(1.0 if workers > 1 else 0.0)  # every worker up
-            pids = [pid for proc in procs for pid in process_tree(proc.pid)]
+            wait_healthy(urls["--serve"], 60, procs[-2])
+            wait_echo(urls["--serve-echo"], procs[-1])
             base = urls["--serve"]
-            endpoints = {
-                "get_reward": f"{base}/get_reward",
-                "trivial": f"{base}/trivial",
-                "trivial_validated": f"{base}/trivial_validated",
-                "echo": f"{urls['--serve-echo']}/echo",
-            }
+            for name in ("get_reward", "trivial", "trivial_validated"):
+                endpoints[f"{workers} {name}"] = f"{base}/{name}"
+            endpoints[f"{workers} echo"] = f"{urls['--serve-echo']}/echo"
             asyncio.run(closed_loop(base, "/get_reward", bodies, 16, 1.0))  # warm-up
             asyncio.run(closed_loop(urls["--serve-echo"], "/echo", bodies, 16, 1.0, ok_prefix=b'{"query"'))
-            for c in args.concurrency:
-                point = measure(endpoints, pids, bodies, c, args.seconds, args.rounds)
-                reward, trivial, validated, echo = (point[k] for k in endpoints)
+        time.sleep(1.0)  # every worker up
+        pids = [pid for proc in procs for pid in process_tree(proc.pid)]
+        for c in args.concurrency:
+            point = measure(endpoints, pids, bodies, c, args.seconds, args.rounds)
+            for workers in args.workers:
+                reward, trivial, validated, echo = (
+                    point[f"{workers} {k}"] for k in ("get_reward", "trivial", "trivial_validated", "echo")
+                )
                 row = {
                     "workers": workers,
                     "concurrency": c,
@@ -277,10 +253,10 @@ def main() -> int:
                     f"{row['ratio_to_echo']:.2f}, to trivial {row['ratio']:.2f}",
                     flush=True,
                 )
-        finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(20)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(20)
     at64 = [r for r in rows if r["concurrency"] == 64]
     result = {
         "benchmark": "reward_server",
