@@ -57,7 +57,7 @@ def bench_app() -> FastAPI:
 
 
 def echo_app() -> FastAPI:
-    """The yardstick of issue 24: a plain FastAPI app, no guard, whose endpoint takes the JSON body and returns it."""
+    """The speed issue's yardstick: a plain FastAPI app, no guard, whose endpoint returns the JSON body it got."""
     app = FastAPI()
 
     @app.post("/echo")

@@ -360,14 +360,13 @@ def retrieval_server() -> str:
             for t in s["in_process_threads"]
         ]
 
-    shown = [(f"`{n}`" if n.startswith("searchrl") else n, n) for n in names]
     rates = table(
         ["requests/s (median) at concurrency", *levels],
-        [row(label, lambda c, n=n: n, med) for label, n in shown] + in_process_rows(med),
+        [row(n, lambda c, n=n: n, med) for n in names] + in_process_rows(med),
     )
     cpu_table = table(
         ["server CPU ms per request (in process: per query)", *levels],
-        [row(label, lambda c, n=n: n, cpu) for label, n in shown] + in_process_rows(cpu),
+        [row(n, lambda c, n=n: n, cpu) for n in names] + in_process_rows(cpu),
     )
     rounds = s["requests_per_s"]
     ratios = table(
@@ -442,9 +441,16 @@ def reward_server() -> str:
         rows,
     )
     met = ", ".join(f"{w} worker(s): {'met' if ok else 'not met'}" for w, ok in d["target_met"].items())
+    cpu64 = ", ".join(
+        f"{p['workers']} worker(s): {num(p['cpu_ratio_to_echo'], 2)}" for p in d["points"] if p["concurrency"] == 64
+    )
     extra = table(
-        ["target at concurrency 64", "scoring alone, in process (µs/sample)"],
-        [(met, num(d["scoring_us_in_process"]))],
+        [
+            "target at concurrency 64, requests/s",
+            "echo CPU / reward CPU per request at 64",
+            "scoring alone, in process (µs/sample)",
+        ],
+        [(met, cpu64, num(d["scoring_us_in_process"]))],
     )
     return f"{head}\n\n{body}\n\n{extra}"
 
