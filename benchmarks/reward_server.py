@@ -67,24 +67,8 @@ def echo_app() -> FastAPI:
     return app
 
 
-def serve_echo(port: int, workers: int) -> None:
-    import uvicorn
-
-    from searchrl.server import Limits, uvicorn_options
-
-    uvicorn.run(
-        "benchmarks.reward_server:echo_app",
-        factory=True,
-        host="127.0.0.1",
-        port=port,
-        workers=workers,
-        log_level="warning",
-        access_log=False,
-        **uvicorn_options(Limits()),
-    )
-
-
-def serve(port: int, workers: int) -> None:
+def serve(port: int, workers: int, factory: str = "bench_app") -> None:
+    """One of this module's apps (`bench_app`, `echo_app`) with the reward server's options and workers."""
     import uvicorn
 
     from reward_server.app import SETTINGS_ENV, ServerSettings
@@ -94,7 +78,7 @@ def serve(port: int, workers: int) -> None:
     settings = ServerSettings(spec=PRESETS[PRESET], preset=PRESET)
     os.environ[SETTINGS_ENV] = settings.to_env()
     uvicorn.run(
-        "benchmarks.reward_server:bench_app",
+        f"benchmarks.reward_server:{factory}",
         factory=True,
         host="127.0.0.1",
         port=port,
@@ -198,7 +182,7 @@ def main() -> int:
         serve(args.serve, args.serve_workers)
         return 0
     if args.serve_echo:
-        serve_echo(args.serve_echo, args.serve_workers)
+        serve(args.serve_echo, args.serve_workers, "echo_app")
         return 0
 
     records = [json.loads(line) for line in TRAJECTORIES.open()]
