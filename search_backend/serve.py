@@ -55,7 +55,7 @@ class ServerConfig(IndexSettings):
     threads: int | None = Field(
         default=None,
         ge=1,
-        description="torch and FAISS CPU threads (default on CPU: one fewer than the cores, at least 1)",
+        description="torch and FAISS CPU threads (the command's default on CPU: one fewer than the cores, at least 1)",
     )
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
 
@@ -197,10 +197,8 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = backend is None
-        # A backend passed in belongs to a host process whose thread settings are its own.
-        threads = config.threads or (default_threads() if owned and config.device == "cpu" else None)
-        if threads:
-            set_cpu_threads(threads)
+        if config.threads:
+            set_cpu_threads(config.threads)
         active = backend
         if active is None:
             from search_backend.config import SearchConfig, open_backend
@@ -361,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         max_top_k=args.max_top_k,
         max_queries=args.max_queries,
         max_body_bytes=args.max_body_bytes,
-        threads=args.threads,
+        # The process-wide thread pools are the command's to size; create_app in a host process leaves them alone.
+        threads=args.threads or (default_threads() if args.device == "cpu" else None),
         max_query_chars=args.max_query_chars,
         max_results=args.max_results,
         max_batch_chars=args.max_batch_chars,

@@ -70,10 +70,21 @@ def test_the_server_leaves_a_core_to_its_event_loop(monkeypatch):
     assert default_threads() == 1
 
 
-def test_a_backend_passed_in_keeps_its_host_process_threads():
+def test_the_command_sizes_the_thread_pools_and_create_app_leaves_them_alone(monkeypatch):
     import torch
+    import uvicorn
+
+    from search_backend import serve as serve_module
+
+    configs: list[ServerConfig] = []
+    monkeypatch.setattr(serve_module, "create_app", lambda config: configs.append(config))
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    serve_module.main(["--index", "unused"])
+    serve_module.main(["--index", "unused", "--threads", "2"])
+    assert [c.threads for c in configs] == [3, 2]
 
     before = torch.get_num_threads()
     with running_server(create_app(ServerConfig(cache_size=0), backend=fixture_backend())) as url:
         assert httpx.post(f"{url}/search", json={"queries": ["Alan Turing"]}).status_code == 200
-        assert torch.get_num_threads() == before
+    assert torch.get_num_threads() == before
