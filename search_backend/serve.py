@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -51,7 +52,11 @@ class ServerConfig(IndexSettings):
     max_results: int = Field(default=10_000, ge=1, description="queries x top_k in one request (answer size)")
     max_body_bytes: int = Field(default=1 << 20, ge=1)
     token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
-    threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="torch and FAISS CPU threads (the command's default on CPU: one fewer than the cores, at least 1)",
+    )
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
 
 
@@ -166,6 +171,13 @@ async def json_answer(content: dict[str, Any], results: int) -> Response:
     if results > LARGE_ANSWER:
         return Response(await asyncio.to_thread(json.dumps, content), media_type="application/json")
     return Response(json.dumps(content), media_type="application/json")
+
+
+def default_threads() -> int:
+    """One fewer than the cores this process may run on, at least one. The event loop needs a core of its own:
+    when the encoder's thread pool takes every core, each of its parallel steps waits for a thread the event
+    loop (or any other process) preempted, and on 2 cores that made encoding 2-10x slower (docs/SEARCH.md)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 def set_cpu_threads(threads: int) -> None:
@@ -347,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         max_top_k=args.max_top_k,
         max_queries=args.max_queries,
         max_body_bytes=args.max_body_bytes,
-        threads=args.threads,
+        # The process-wide thread pools are the command's to size; create_app in a host process leaves them alone.
+        threads=args.threads or (default_threads() if args.device == "cpu" else None),
         max_query_chars=args.max_query_chars,
         max_results=args.max_results,
         max_batch_chars=args.max_batch_chars,

@@ -161,8 +161,8 @@ def _routed(row: Row) -> Row:
 
 def _stage(group: Group, search_url: str, reward_url: str, llm_url: str | None) -> tuple[Any, Any]:
     from reward_server.spec import PRESETS
-    from rollout.config import load_stage
     from rollout.backends import StageSearchConfig
+    from rollout.config import load_stage
 
     overrides = [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0"]
     stage, model_cfg = load_stage(ROOT / group.config, [*overrides, *group.overrides])
