@@ -18,10 +18,11 @@ from searchrl.http_transport import (
 if TYPE_CHECKING:
     from search_backend.config import SearchConfig
 
-# Long enough to ride out a restart of 30 s or more at a rollout batch's load (1,000 searches waiting on the
-# client's 256 slots take ~10 s to drain on 2 cores, before and after the outage); short enough that a
-# retrieval server gone for good shows within two minutes.
-DEFAULT_DEADLINE_S = 120.0
+# As long as the reward client's: the deadline counts the wait for one of the client's slots, which at a rollout
+# batch's load is the server's whole backlog. 120 s lost 184 of 3,000 searches to a 59 s restart on a 2-core
+# machine slowed to 12 searches/s by other jobs (benchmarks/load.py --restart); training on "search failed"
+# blocks is worse than waiting, and a server gone for good still shows within five minutes.
+DEFAULT_DEADLINE_S = 300.0
 
 
 def _results(body: Any) -> list:
