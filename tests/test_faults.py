@@ -188,20 +188,15 @@ async def _burst(call, total: int, concurrency: int = 1000) -> list:
 
 def test_reward_server_killed_and_restarted_mid_burst_at_concurrency_1000(tmp_path):
     """2,000 episodes' rewards through the agent's client, 1,000 in flight; the server is killed once 400
-    are answered and restarted a second later: every reward arrives, equal to the in-process one, and every
-    sample the two servers scored more than once got the same reward each time."""
+    are answered and restarted a second later on the same score log: every reward arrives, equal to the
+    in-process one, and the log holds each sample exactly once (before issue 23: 14-34 in 20,000 twice)."""
     import json
 
     port = free_port()
-    # One score log per server process: the killed one may leave a torn last line, which must not run into
-    # the first line of its successor.
-    logs = [tmp_path / "scored-1.jsonl", tmp_path / "scored-2.jsonl"]
-
-    def args(n: int) -> list[str]:
-        return ["--preset", "r1searcher-qwen-stage2", "--log-jsonl", str(logs[n])]
-
+    log = tmp_path / "scored.jsonl"
+    args = ["--preset", "r1searcher-qwen-stage2", "--log-jsonl", str(log)]
     samples, expected = _reward_samples(2000)
-    procs = [start_module("reward_server", args(0), port, tmp_path / "reward.log")]
+    procs = [start_module("reward_server", args, port, tmp_path / "reward.log")]
 
     async def run():
         client = RewardClient(f"http://127.0.0.1:{port}", deadline_s=120)
@@ -220,9 +215,7 @@ def test_reward_server_killed_and_restarted_mid_burst_at_concurrency_1000(tmp_pa
             await asyncio.to_thread(procs[-1].wait)
             at = answered
             await asyncio.sleep(1.0)
-            procs.append(
-                await asyncio.to_thread(start_module, "reward_server", args(1), port, tmp_path / "reward.log")
-            )
+            procs.append(await asyncio.to_thread(start_module, "reward_server", args, port, tmp_path / "reward.log"))
             return at
 
         try:
@@ -240,18 +233,17 @@ def test_reward_server_killed_and_restarted_mid_burst_at_concurrency_1000(tmp_pa
     assert killed_at < len(samples)  # the kill landed mid-burst
     assert [i for i, r in enumerate(results) if isinstance(r, Exception)] == []
     assert [(r.reward, r.score) for r in results] == expected
-    seen: dict[str, set] = {}
-    for n, log in enumerate(logs):
-        lines = log.read_text(encoding="utf-8").split("\n")
-        for i, line in enumerate(lines):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                # Only the killed server's unfinished last write may be torn (its answer was never sent).
-                assert (n, i) == (0, len(lines) - 1) or not line
-                continue
-            seen.setdefault(record["query"], set()).add((record["reward"], record["score"]))
-    assert len(seen) == len(samples) and all(len(v) == 1 for v in seen.values())
+    times: dict[str, int] = {}
+    torn = 0
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            torn += 1  # the killed server's unfinished last write (its answer was never sent)
+            continue
+        times[record["query"]] = times.get(record["query"], 0) + 1
+    assert torn <= 1 and len(times) == len(samples)
+    assert {q: n for q, n in times.items() if n > 1} == {}
 
 
 def test_reward_server_gone_mid_burst_fails_every_waiting_call_within_the_deadline(tmp_path):
