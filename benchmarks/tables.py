@@ -429,6 +429,37 @@ def load_table() -> str:
     return f"{head}\n\n{body}"
 
 
+def restart() -> str:
+    d = load("restart")
+    parts = []
+    for label, run in d["runs"].items():
+        head = source(
+            "restart",
+            run,
+            f" **{label}**: a burst at concurrency {run['concurrency']:,} through the project's clients, the server "
+            f"killed -9 once a fifth was answered and started again (reward server after {run['restart_after_s']:g} "
+            f"s on the same score log; retrieval server after the wait shown, its model load on top); outage: kill "
+            f"to healthy; load average at the end {run['load_average_1m_at_end']}",
+        )
+        rows = [
+            (
+                r["client"],
+                r["round"],
+                num(r["outage_s"]),
+                f"{r['sent']:,}",
+                r["lost"],
+                r["wrong"],
+                "n/a" if r["scored_twice"] is None else r["scored_twice"],
+                num(r["p99_ms"]),
+                num(r["rps"]),
+            )
+            for r in run["rows"]
+        ]
+        header = ["client", "round", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
+        parts.append(f"{head}\n\n{table(header, rows)}")
+    return "\n\n".join(parts)
+
+
 def rollout() -> str:
     d = load("rollout")
     o, b = d["overhead_per_step"], d["replayed_batch"]
@@ -528,6 +559,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "retrieval-server": retrieval_server,
     "reward-server": reward_server,
     "load": load_table,
+    "restart": restart,
     "rollout": rollout,
     "hostile": hostile,
     "gmtrouter": gmtrouter,
