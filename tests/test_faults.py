@@ -393,4 +393,4 @@ def test_a_search_deadline_rides_out_30_s_and_then_fails_loudly():
         return loop.time() - t0, caught.value
 
     elapsed, error = asyncio.run(run())
-    assert 1.0 <= elapsed < 10 and "cannot connect" in str(error)
+    assert 1.5 <= elapsed < 10, error  # tries go on until (nearly) the deadline, not a backoff before it
