@@ -9,6 +9,7 @@ is not needed (a page cannot know the token).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
@@ -22,6 +23,7 @@ def host_name(header: bytes) -> str:
     return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
 
 
+@functools.lru_cache(maxsize=1024)  # a server sees a handful of Host values; this runs on every request
 def allowed_host(header: bytes | None, extra: frozenset[str] = frozenset()) -> bool:
     """Whether a request with this Host header may be answered without a token: an IP address, a loopback
     name (`localhost`, `*.localhost`), or a name in `extra` (`*` allows any). A request without a Host header
