@@ -460,7 +460,7 @@ def reward_restarts(args: argparse.Namespace, work: Path) -> list[dict[str, Any]
             len(samples),
         )
         twice, torn = scored_twice(log)
-        row = {"client": "RewardClient", "round": n + 1, **row, "outage_s": round(outage, 1)}
+        row = {"client": "RewardClient", "round": n + 1, **row, "down_s": server.down_s, "outage_s": round(outage, 1)}
         row.update(scored_twice=twice, torn_lines=torn)
         show("RewardClient", "restart", row)
         print(f"  outage {outage:.1f} s, scored twice {twice}, torn lines {torn}", flush=True)
@@ -493,7 +493,8 @@ def search_restarts(args: argparse.Namespace, work: Path) -> list[dict[str, Any]
             lambda i, result: [p.id for p in result[0]] == expected[i],
             len(queries),
         )
-        row = {"client": "HttpSearchBackend", "round": len(rows) + 1, **row, "outage_s": round(outage, 1)}
+        row = {"client": "HttpSearchBackend", "round": len(rows) + 1, **row, "down_s": down_s}
+        row["outage_s"] = round(outage, 1)
         row.update(scored_twice=None, torn_lines=None)
         show("HttpSearchBackend", "restart", row)
         print(f"  outage {outage:.1f} s", flush=True)

@@ -437,25 +437,25 @@ def restart() -> str:
             "restart",
             run,
             f" **{label}**: a burst at concurrency {run['concurrency']:,} through the project's clients, the server "
-            f"killed -9 once a fifth was answered and started again (reward server after {run['restart_after_s']:g} "
-            f"s on the same score log; retrieval server after the wait shown, its model load on top); outage: kill "
-            f"to healthy; load average at the end {run['load_average_1m_at_end']}",
+            "killed -9 once a fifth was answered and started again *down s* later (the reward server on the same "
+            "score log); outage: from the kill until the new server was healthy (its start-up included); load "
+            f"average at the end {run['load_average_1m_at_end']}",
         )
         rows = [
             (
                 r["client"],
-                r["round"],
+                num(r["down_s"], 0),
                 num(r["outage_s"]),
                 f"{r['sent']:,}",
-                r["lost"],
+                f"{r['lost']:,}",
                 r["wrong"],
                 "n/a" if r["scored_twice"] is None else r["scored_twice"],
-                num(r["p99_ms"]),
+                num(r["p99_ms"], 0),
                 num(r["rps"]),
             )
             for r in run["rows"]
         ]
-        header = ["client", "round", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
+        header = ["client", "down s", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
         parts.append(f"{head}\n\n{table(header, rows)}")
     return "\n\n".join(parts)
 

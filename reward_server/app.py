@@ -306,13 +306,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
             n = len(results)
             records = [
                 {
-                    "query": q,
-                    "labels": g,
+                    **log_fields(key, digest, i, n),
                     "reward": r.reward,
                     "score": r.score,
                     "logs": r.logs,
                     "time": time.time(),
-                    **log_fields(key, digest, i, n),
+                    "query": q,
+                    "labels": g,
                 }
                 for i, (q, g, r) in enumerate(zip(req.query, golds, results, strict=True))
             ]

@@ -28,9 +28,12 @@ MAX_KEY_CHARS = 200
 # Answers kept: several times the requests one server holds at once (4,096 by default), so any request in
 # flight when a client's connection broke is still known when its retry comes.
 CAPACITY = 65_536
-# Lines of the score log read back at start-up: the requests in flight when the server died.
-RESTORE_LINES = 16_384
+# Lines of the score log read back at start-up. An answer lost to a kill was logged moments before it, so the
+# lines after it are the few requests in flight then (at most 4,096 per server process).
+RESTORE_LINES = 4096
 _BLOCK = 1 << 20
+# Where a score-log line's query begins: the fields before it are all a restart needs, parsed without the text.
+_QUERY_KEY = re.compile(rb',\s*"query"\s*:')
 _KEY = re.compile(rb"[\x21-\x7e]{1,%d}" % MAX_KEY_CHARS)
 
 
@@ -51,7 +54,8 @@ def body_digest(body: bytes) -> str:
 
 
 def log_fields(key: str | None, digest: str, item: int, items: int) -> dict[str, Any]:
-    """What a score-log line records of its request, so a restarted server can answer its retry."""
+    """What a score-log line records of its request, so a restarted server can answer its retry; they open the
+    line, before the reward and the query (see `logged_answers`)."""
     if key is None:
         return {}
     return {"request_id": key, "request_digest": digest, "item": item, "items": items}
@@ -121,40 +125,47 @@ def _same_body(known: str, digest: str) -> None:
 
 def tail_lines(path: Path, count: int) -> list[bytes]:
     """The last `count` lines of `path` (fewer when it is shorter), read backwards in blocks."""
+    blocks: list[bytes] = []
+    newlines = 0
     with open(path, "rb") as fh:
         end = fh.seek(0, os.SEEK_END)
-        data = b""
-        while end > 0 and data.count(b"\n") <= count:
+        while end > 0 and newlines <= count:
             start = max(0, end - _BLOCK)
             fh.seek(start)
-            data = fh.read(end - start) + data
+            blocks.append(fh.read(end - start))
+            newlines += blocks[-1].count(b"\n")
             end = start
-    lines = data.split(b"\n")
+    lines = b"".join(reversed(blocks)).split(b"\n")
     if end > 0:
         lines = lines[1:]  # the first piece may be the end of an earlier line
     return lines[-count - 1 :]
+
+
+def _request_part(line: bytes) -> dict[str, Any] | None:
+    """A score-log line's fields before its query (the request's and the reward's), or None without a key."""
+    if not line.startswith(b'{"request_id"'):
+        return None
+    end = _QUERY_KEY.search(line)
+    try:
+        return json.loads(line[: end.start()] + b"}") if end else None
+    except ValueError:
+        return None
 
 
 def logged_answers(
     path: Path, encode: Callable[[list[dict[str, Any]]], bytes], count: int = RESTORE_LINES
 ) -> list[tuple[str, str, bytes]]:
     """(key, digest, answer) of every keyed request whose lines are all among the last `count` of the score
-    log; `encode` turns a request's records into the answer the server gives. A torn last line (the process
-    killed mid-write) is skipped: its request was never answered, so its retry is scored anew."""
+    log; `encode` turns a request's records into the answer the server gives. Text after the last newline is
+    a line torn by a kill mid-write: its request was never answered, so it is left out and its retry scored."""
     if not path.exists():
         return []
     requests: dict[str, list[dict[str, Any]]] = {}
-    for line in tail_lines(path, count):
-        try:
-            record = json.loads(line)
-            key, item, items = record["request_id"], record["item"], record["items"]
-        except (ValueError, KeyError, TypeError):
+    for line in tail_lines(path, count)[:-1]:
+        record = _request_part(line)
+        if record is None or type(record.get("item")) is not int or type(record.get("items")) is not int:
             continue
-        records = requests.setdefault(key, [None] * items)
-        if len(records) == items and 0 <= item < items:
-            records[item] = record
-    return [
-        (key, records[0]["request_digest"], encode(records))
-        for key, records in requests.items()
-        if all(r is not None for r in records)
-    ]
+        records = requests.setdefault(record["request_id"], [{}] * record["items"])
+        if len(records) == record["items"] and 0 <= record["item"] < len(records):
+            records[record["item"]] = record
+    return [(key, records[0]["request_digest"], encode(records)) for key, records in requests.items() if all(records)]

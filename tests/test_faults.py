@@ -261,16 +261,19 @@ def test_reward_server_gone_mid_burst_fails_every_waiting_call_within_the_deadli
             answered += 1
             return result
 
-        async def kill() -> None:
-            while answered < 300:
+        async def kill(burst: asyncio.Future) -> None:
+            # On a machine slow enough that the 3 s deadlines end most calls first, the burst may finish before
+            # 300 are answered; the kill must not wait for ever then.
+            while answered < 300 and not burst.done():
                 await asyncio.sleep(0.01)
             proc.kill()
 
         try:
-            killer = asyncio.create_task(kill())
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            results = await asyncio.wait_for(_burst(call, len(samples)), timeout=120)
+            burst = asyncio.ensure_future(asyncio.wait_for(_burst(call, len(samples)), timeout=120))
+            killer = asyncio.create_task(kill(burst))
+            results = await burst
             await killer
             return results, loop.time() - t0
         finally:
