@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import mmap
 import os
 import re
 import zlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,11 @@ CAPACITY = 65_536
 # Lines of the score log read back at start-up. An answer lost to a kill was logged moments before it, so the
 # lines after it are the few requests in flight then (at most 4,096 per server process).
 RESTORE_LINES = 4096
-_BLOCK = 1 << 20
 # Where a score-log line's query begins: the fields before it are all a restart needs, parsed without the text.
+_QUERY_SEPARATOR = b', "query": '  # as json.dumps writes it; any other spacing is found by the pattern
 _QUERY_KEY = re.compile(rb',\s*"query"\s*:')
+INDEX = ("item", "items")
+_KEYED = b'{"request_id"'  # how a line of a keyed request begins (log_fields come first)
 _KEY = re.compile(rb"[\x21-\x7e]{1,%d}" % MAX_KEY_CHARS)
 
 
@@ -123,49 +126,47 @@ def _same_body(known: str, digest: str) -> None:
         raise RequestError(FIELD, "was already used for a different body; send a new key with each new request")
 
 
-def tail_lines(path: Path, count: int) -> list[bytes]:
-    """The last `count` lines of `path` (fewer when it is shorter), read backwards in blocks."""
-    blocks: list[bytes] = []
-    newlines = 0
+def request_parts(path: Path, count: int) -> Iterator[dict[str, Any]]:
+    """The fields before the query (the request's and the reward's) of each of the last `count` whole lines of a
+    score log that carry a request key. The file is mapped, not read: only those fields are copied and parsed."""
     with open(path, "rb") as fh:
-        end = fh.seek(0, os.SEEK_END)
-        while end > 0 and newlines <= count:
-            start = max(0, end - _BLOCK)
-            fh.seek(start)
-            blocks.append(fh.read(end - start))
-            newlines += blocks[-1].count(b"\n")
-            end = start
-    lines = b"".join(reversed(blocks)).split(b"\n")
-    if end > 0:
-        lines = lines[1:]  # the first piece may be the end of an earlier line
-    return lines[-count - 1 :]
+        if os.fstat(fh.fileno()).st_size == 0:
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            # Text after the last newline is a line torn by a kill mid-write: its request was never answered.
+            end = mm.rfind(b"\n")
+            while end >= 0 and count > 0:
+                start = mm.rfind(b"\n", 0, end) + 1
+                if mm[start : start + len(_KEYED)] == _KEYED:
+                    stop = mm.find(_QUERY_SEPARATOR, start, end)
+                    found = stop if stop >= 0 else _query_key(mm[start:end], start)
+                    try:
+                        yield json.loads(mm[start:found] + b"}") if found >= 0 else {}
+                    except ValueError:
+                        pass
+                end, count = start - 1, count - 1
 
 
-def _request_part(line: bytes) -> dict[str, Any] | None:
-    """A score-log line's fields before its query (the request's and the reward's), or None without a key."""
-    if not line.startswith(b'{"request_id"'):
-        return None
-    end = _QUERY_KEY.search(line)
-    try:
-        return json.loads(line[: end.start()] + b"}") if end else None
-    except ValueError:
-        return None
+def _query_key(line: bytes, offset: int) -> int:
+    match = _QUERY_KEY.search(line)
+    return -1 if match is None else offset + match.start()
 
 
 def logged_answers(
     path: Path, encode: Callable[[list[dict[str, Any]]], bytes], count: int = RESTORE_LINES
 ) -> list[tuple[str, str, bytes]]:
     """(key, digest, answer) of every keyed request whose lines are all among the last `count` of the score
-    log; `encode` turns a request's records into the answer the server gives. Text after the last newline is
-    a line torn by a kill mid-write: its request was never answered, so it is left out and its retry scored."""
+    log; `encode` turns a request's records into the answer the server gives. A line torn by a kill mid-write
+    is left out: its request was never answered, so its retry is scored."""
     if not path.exists():
         return []
     requests: dict[str, list[dict[str, Any]]] = {}
-    for line in tail_lines(path, count)[:-1]:
-        record = _request_part(line)
-        if record is None or type(record.get("item")) is not int or type(record.get("items")) is not int:
+    for record in request_parts(path, count):
+        if not isinstance(record.get("request_id"), str) or any(type(record.get(k)) is not int for k in INDEX):
             continue
+        if not 0 <= record["item"] < record["items"] <= count:
+            continue  # not a line this server wrote, or a request too large to be whole among the lines read
         records = requests.setdefault(record["request_id"], [{}] * record["items"])
-        if len(records) == record["items"] and 0 <= record["item"] < len(records):
+        if len(records) == record["items"]:
             records[record["item"]] = record
     return [(key, records[0]["request_digest"], encode(records)) for key, records in requests.items() if all(records)]
