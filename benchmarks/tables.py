@@ -486,6 +486,37 @@ def load_table() -> str:
     return f"{head}\n\n{body}"
 
 
+def restart() -> str:
+    d = load("restart")
+    parts = []
+    for label, run in d["runs"].items():
+        head = source(
+            "restart",
+            run,
+            f" **{label}**: a burst at concurrency {run['concurrency']:,} through the project's clients, the server "
+            "killed -9 once a fifth was answered and started again *down s* later (the reward server on the same "
+            "score log); outage: from the kill until the new server was healthy (its start-up included); load "
+            f"average at the end {run['load_average_1m_at_end']}",
+        )
+        rows = [
+            (
+                r["client"],
+                num(r["down_s"], 0),
+                num(r["outage_s"]),
+                f"{r['sent']:,}",
+                f"{r['lost']:,}",
+                r["wrong"],
+                "n/a" if r["scored_twice"] is None else r["scored_twice"],
+                num(r["p99_ms"], 0),
+                num(r["rps"]),
+            )
+            for r in run["rows"]
+        ]
+        header = ["client", "down s", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
+        parts.append(f"{head}\n\n{table(header, rows)}")
+    return "\n\n".join(parts)
+
+
 def rollout() -> str:
     d = load("rollout")
     o, b = d["overhead_per_step"], d["replayed_batch"]
@@ -635,6 +666,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "retrieval-server": retrieval_server,
     "reward-server": reward_server,
     "load": load_table,
+    "restart": restart,
     "rollout": rollout,
     "multi-query": multi_query,
     "hostile": hostile,
