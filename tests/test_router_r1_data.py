@@ -69,7 +69,9 @@ def test_verl_parquet_is_read_back_with_datasets(tmp_path, chat_model):
 
     path = tmp_path / "train_nh_qwen.parquet"
     Dataset.from_list(
-        verl_rows([("nq", "who invented the telephone?", ["Alexander Graham Bell"]), ("hotpotqa", "Who?", ["Ann", "Bea"])])
+        verl_rows(
+            [("nq", "who invented the telephone?", ["Alexander Graham Bell"]), ("hotpotqa", "Who?", ["Ann", "Bea"])]
+        )
     ).to_parquet(str(path))
     assert original.read_verl_parquet(path) == [
         {"question": "who invented the telephone?", "answer": ["Alexander Graham Bell"], "query_type": "nq"},
