@@ -220,6 +220,12 @@ def test_commands_synthesize_train_evaluate(tmp_path, capsys, model):
             GMTRouterPolicy.from_config(GMTRouterPolicyConfig(checkpoint=ckpt), pool=["other"])
         with pytest.raises(ValueError, match="not in the checkpoint's vocabulary .* retrain"):
             PersonalRouter.load(ckpt).add_models({"other": "a new model"})
+        # A checkpoint written before the HGT model (format 1, no kind) still loads, as the SAGE one it is.
+        config = json.loads((ckpt / "config.json").read_text())
+        del config["kind"], config["llm_texts"], config["temporal"], config["heads"], config["selection"]
+        del config["scorer_hidden"], config["dropout"]
+        (ckpt / "config.json").write_text(json.dumps(config | {"format": "searchrl-gmtrouter/1"}))
+        assert load_checkpoint(ckpt).config.kind == "sage"
     bad = tmp_path / "bad.jsonl"
     bad.write_text(line(user_feedback=7) + "\n")
     assert main(["train", "--logs", str(bad), "--out", str(tmp_path / "x")]) == 2
