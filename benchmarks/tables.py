@@ -607,27 +607,42 @@ def hostile() -> str:
 def gmtrouter() -> str:
     d = load("gmtrouter")
     st = d["settings"]
+    models = d["models"]
     head = source(
         "gmtrouter",
         d,
         f" synthetic users: {st['seen_users']} seen (trained on their first {st['train_fraction']:.0%} of sessions), "
-        f"{st['new_users']} new ({st['new_user_context_sessions']} sessions of context); {st['epochs']} epochs; "
-        f"mean of seeds {', '.join(str(s) for s in d['seeds'])}; margins: the worst seed's",
+        f"{st['new_users']} new ({st['new_user_context_sessions']} sessions of context); epochs "
+        + ", ".join(f"{m} {st['epochs'][m]}" for m in models)
+        + f"; mean of seeds {', '.join(str(s) for s in d['seeds'])}; training + evaluation seconds per seed "
+        + ", ".join(f"{m} {num(d['seconds'][m], 0)}" for m in models)
+        + "; margins: the worst seed's",
     )
     sets = {"seen_users_later_sessions": "seen users, later sessions", "new_users": "new users"}
+    first = models[0]
     rows = []
     for key, label in sets.items():
-        mean, worst = d["mean"][key], d["min_margin"][key]
-        for metric in ("preference_accuracy", "ndcg@3"):
+        for metric in ("accuracy", "auc", "per_user_auc", "ndcg@3"):
+            mean = {m: d["mean"][m][key] for m in models}
+            worst = d["min_margin"][first][key]
             rows.append(
                 (
                     f"{label}: {metric.replace('_', ' ')}",
-                    *(num(mean[m][metric], 3) for m in ("personalised", "non_personalised", "popularity")),
+                    *(num(mean[m]["personalised"][metric], 3) for m in models),
+                    *(num(mean[m]["non_personalised"][metric], 3) for m in models),
+                    num(mean[first]["popularity"][metric], 3),
                     f"+{num(worst['non_personalised'][metric], 3)} / +{num(worst['popularity'][metric], 3)}",
                 )
             )
     body = table(
-        ["held-out", "personalised", "non-personalised", "popularity", "worst margin (non-pers. / popularity)"], rows
+        [
+            "held-out",
+            *(f"{m} personalised" for m in models),
+            *(f"{m} non-personalised" for m in models),
+            "popularity",
+            f"{first} worst margin (non-pers. / popularity)",
+        ],
+        rows,
     )
     return f"{head}\n\n{body}\n\n![GMTRouter against its baselines](../benchmarks/results/gmtrouter.png)"
 
