@@ -2,6 +2,7 @@
 
     python -m benchmarks.load [--reward-requests 20000] [--search-requests 3000] [--concurrency 64 256 1000]
                               [--idle-s 10] [--raw] [--libraries]
+    python -m benchmarks.load --restart [--restart-rounds 3] [--search-outages-s 1 30] [--label NAME]
 
 What training does: a rollout batch is ~1,000 episodes in flight, each searching through `HttpSearchBackend`
 and ending in one `RewardClient.score`. Here `concurrency` callers share one client, each sending its next
@@ -12,7 +13,9 @@ retrieval server (result cache off) answers distinct real questions over the bun
 with the in-process search). Reports sent, lost (an error or no answer within --limit-s), wrong, p50/p99/max
 and req/s per client and level, and writes JSON. `--raw` adds the raw HTTP load generator (the servers alone);
 `--libraries` compares one-attempt httpx and aiohttp clients at the top level (why the clients use aiohttp).
-Loopback only.
+`--restart` runs the restart scenario instead: a burst at the top concurrency during which the server is killed
+-9 and started again, each server in turn; lost, wrong and (reward) scored-twice counts, the last from the
+server's score log, go to benchmarks/results/restart.json. Loopback only.
 """
 
 from __future__ import annotations
@@ -347,6 +350,183 @@ def search_load(args: argparse.Namespace, work: Path) -> list[dict]:
         stop(proc)
 
 
+async def burst_with_restart(
+    call: Call, check: Check, total: int, concurrency: int, kill_at: int, restart: Callable[[], Any], limit_s: float
+) -> tuple[dict[str, Any], float]:
+    """`drive` while a server is killed (SIGKILL) once `kill_at` calls are answered; `restart` (run in a thread)
+    starts it again. Returns the burst's row and the outage: seconds from the kill until the server was healthy."""
+    answered = 0
+
+    async def counted(i: int) -> Any:
+        nonlocal answered
+        result = await call(i)
+        answered += 1
+        return result
+
+    async def kill_then_restart() -> float:
+        while answered < kill_at:
+            await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        await asyncio.to_thread(restart)
+        return time.perf_counter() - t0
+
+    killer = asyncio.ensure_future(kill_then_restart())
+    row = await drive(counted, check, total, concurrency, limit_s)
+    return row, await asyncio.wait_for(killer, limit_s)
+
+
+def scored_twice(log: Path) -> tuple[int, int]:
+    """(samples the score log holds more than once, counted once per extra line; lines torn by a kill)."""
+    times: dict[str, int] = {}
+    torn = 0
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            query = json.loads(line)["query"]
+        except (ValueError, KeyError, TypeError):
+            torn += 1
+            continue
+        times[query] = times.get(query, 0) + 1
+    return sum(n - 1 for n in times.values()), torn
+
+
+class KilledServer:
+    """A server (`python -m module args`) on a port of its own, which `restart` kills -9 and starts again there
+    after `down_s`, as a crash and a supervisor would."""
+
+    def __init__(self, module: str, args: list[str], log: Path, down_s: float, start_timeout_s: float = 180) -> None:
+        self.module, self.args, self.log, self.down_s, self.timeout_s = module, args, log, down_s, start_timeout_s
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs = [start_module(module, args, self.port, log, start_timeout_s)]
+
+    def restart(self) -> None:
+        self.procs[-1].kill()
+        self.procs[-1].wait()
+        time.sleep(self.down_s)
+        self.procs.append(start_module(self.module, self.args, self.port, self.log, self.timeout_s))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            stop(proc)
+
+
+def restart_round(
+    args: argparse.Namespace, server: KilledServer, client: Any, call: Call, check: Check, total: int
+) -> tuple[dict[str, Any], float]:
+    """One burst of `total` calls through `client` at the top concurrency, the server killed once a fifth are
+    answered; the server is stopped and the client closed after."""
+
+    async def run() -> tuple[dict[str, Any], float]:
+        try:
+            kill_at = total // 5
+            return await burst_with_restart(
+                call, check, total, args.concurrency[-1], kill_at, server.restart, args.limit_s
+            )
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(run())
+    finally:
+        server.stop()
+
+
+def reward_restarts(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """Each round: `--reward-requests` distinct samples at the top concurrency through `RewardClient`, the reward
+    server killed -9 once a fifth are answered and started again `--restart-after-s` later on the same score log."""
+    records = [r for path in TRAJECTORIES for r in read_jsonl(path)]
+    spec = PRESETS["r1searcher-qwen-stage2"]
+    wants = [score_solution(r["gen_text_store"], as_golds(r["answer"]), spec) for r in records]
+    samples, expected = [], []
+    for i in range(args.reward_requests):
+        r = records[i % len(records)]
+        prompt = PROMPT.format(q=f"{i}. {r['question']}")  # distinct, so the log shows a sample scored twice
+        samples.append((prompt + r["gen_text_store"], prompt, r["answer"]))
+        expected.append((wants[i % len(records)].reward, wants[i % len(records)].score))
+
+    rows = []
+    for n in range(args.restart_rounds):
+        log = work / f"restart-scored-{n}.jsonl"
+        log.unlink(missing_ok=True)
+        server_args = ["--preset", "r1searcher-qwen-stage2", "--log-jsonl", str(log)]
+        server = KilledServer("reward_server", server_args, work / "reward.log", args.restart_after_s)
+        client = RewardClient(server.url, max_connections=args.max_connections)
+        row, outage = restart_round(
+            args,
+            server,
+            client,
+            lambda i, client=client: client.score(*samples[i]),
+            lambda i, result: (result.reward, result.score) == expected[i],
+            len(samples),
+        )
+        twice, torn = scored_twice(log)
+        row = {"client": "RewardClient", "round": n + 1, **row, "down_s": server.down_s, "outage_s": round(outage, 1)}
+        row.update(scored_twice=twice, torn_lines=torn)
+        show("RewardClient", "restart", row)
+        print(f"  outage {outage:.1f} s, scored twice {twice}, torn lines {torn}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def search_restarts(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """`--search-requests` distinct searches at the top concurrency through `HttpSearchBackend` as configured by
+    default, the retrieval server (real index, encoder loaded at start) killed -9 once a fifth are answered and
+    started again after each of `--search-outages-s` (its model load comes on top)."""
+    from search_backend.build_index import build
+    from search_backend.local_faiss import LocalFaissBackend
+
+    index = work / "index"
+    build(ROOT / "examples/mini_corpus.jsonl", "jsonl", index)
+    queries = distinct_questions(args.search_requests)
+    expected = [[p.id for p in hits] for hits in LocalFaissBackend(index).search_sync(queries, 3)]
+
+    rows = []
+    for down_s in args.search_outages_s:
+        server_args = ["--index", str(index), "--threads", "1", "--cache-size", "0"]
+        server = KilledServer("search_backend.serve", server_args, work / "retrieval.log", down_s)
+        client = HttpSearchBackend(server.url, max_connections=args.max_connections)
+        row, outage = restart_round(
+            args,
+            server,
+            client,
+            lambda i, client=client: client.search([queries[i]], 3),
+            lambda i, result: [p.id for p in result[0]] == expected[i],
+            len(queries),
+        )
+        row = {"client": "HttpSearchBackend", "round": len(rows) + 1, **row, "down_s": down_s}
+        row["outage_s"] = round(outage, 1)
+        row.update(scored_twice=None, torn_lines=None)
+        show("HttpSearchBackend", "restart", row)
+        print(f"  outage {outage:.1f} s", flush=True)
+        rows.append(row)
+    return rows
+
+
+def restart_main(args: argparse.Namespace) -> int:
+    """The restart scenario alone; its rows go to `--restart-out` under `--label` (other labels are kept, so a
+    run of another version of the code can sit beside this one)."""
+    started = time.time()
+    reward = [] if args.skip_reward else reward_restarts(args, args.work_dir)
+    search = [] if args.skip_search else search_restarts(args, args.work_dir)
+    out = args.restart_out
+    result = json.loads(out.read_text()) if out.exists() else {"benchmark": "restart", "runs": {}}
+    result["runs"][args.label] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d"),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 1),
+        "seconds": round(time.time() - started, 1),
+        "concurrency": args.concurrency[-1],
+        "restart_after_s": args.restart_after_s,
+        "rows": reward + search,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    rows = reward + search
+    lost, wrong, twice = (sum(r[k] or 0 for r in rows) for k in ("lost", "wrong", "scored_twice"))
+    print(f"{args.label}: lost {lost}, wrong {wrong}, scored twice {twice}; wrote {out}")
+    return 0 if lost == wrong == twice == 0 else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reward-requests", type=int, default=20_000, help="reward requests per level")
@@ -359,10 +539,28 @@ def main() -> int:
     p.add_argument("--libraries", action="store_true", help="also compare one-attempt httpx and aiohttp clients")
     p.add_argument("--skip-search", action="store_true")
     p.add_argument("--skip-reward", action="store_true")
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="only the restart scenario: each server killed -9 and restarted mid-burst at the top concurrency",
+    )
+    p.add_argument("--restart-rounds", type=int, default=3, help="--restart: reward-server kills, one burst each")
+    p.add_argument("--restart-after-s", type=float, default=1.0, help="--restart: reward server down this long")
+    p.add_argument(
+        "--search-outages-s",
+        type=float,
+        nargs="+",
+        default=[1.0, 30.0],
+        help="--restart: retrieval server down this long per round, before its own start-up (model load)",
+    )
+    p.add_argument("--label", default="this branch", help="--restart: the name of this run in the JSON")
+    p.add_argument("--restart-out", type=Path, default=ROOT / "benchmarks/results/restart.json")
     p.add_argument("--work-dir", type=Path, default=ROOT / "runs/bench_load")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/load.json")
     args = p.parse_args()
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    if args.restart:
+        return restart_main(args)
     started = time.time()
     reward, libraries = ([], []) if args.skip_reward else reward_load(args, args.work_dir)
     search = [] if args.skip_search else search_load(args, args.work_dir)

@@ -8,10 +8,12 @@ CPU per request than the servers do, and the load generator must not be what is 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,13 @@ async def closed_loop(
     check: Callable[[int, bytes], bool] | None = None,
     max_requests: int | None = None,
     slow_s: float = 1.0,
+    timeout_s: float = 120.0,
 ) -> LoadResult:
     """POST `bodies` (round robin) to `url + path` for `seconds` or `max_requests`, whichever comes first.
 
     A 200 whose body starts with `ok_prefix` counts as served; `check(i, payload)`, when given, says
-    whether the answer to body i is right (a wrong answer is counted, not retried)."""
+    whether the answer to body i is right (a wrong answer is counted, not retried). A connection whose answer
+    takes over `timeout_s` counts an error and stops."""
     host, port = url.removeprefix("http://").rstrip("/").split(":")
     latencies: list[float] = []
     errors: list[str] = []
@@ -62,15 +66,15 @@ async def closed_loop(
                     b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
                     b"Content-Length: %d\r\n\r\n%s" % (path.encode(), host.encode(), len(body), body)
                 )
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(
-                    next(
-                        line.split(b":")[1]
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    )
-                )
-                payload = await reader.readexactly(length)
+                async with asyncio.timeout(timeout_s):
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    lines = head.lower().split(b"\r\n")
+                    length = int(next(line.split(b":")[1] for line in lines if line.startswith(b"content-length")))
+                    payload = await reader.readexactly(length)
+                if b"connection: close" in lines:
+                    # A server without keep-alive (Flask's development server) closes after each answer.
+                    writer.close()
+                    reader, writer = await asyncio.open_connection(host, int(port))
                 if head.startswith(b"HTTP/1.1 200") and payload.startswith(ok_prefix):
                     latencies.append(time.perf_counter() - t0)
                     wrong += check is not None and not check(i % len(bodies), payload)
@@ -99,3 +103,23 @@ async def closed_loop(
         wrong=wrong,
         slow=sum(t > slow_s for t in latencies),
     )
+
+
+def process_tree(pid: int) -> list[int]:
+    """A process and all its descendants (a server's worker processes)."""
+    found = [pid]
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        found += process_tree(int(child))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds these processes have used: a cost that other load on the machine barely moves."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total

@@ -14,9 +14,12 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +27,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 
-from benchmarks.loadgen import closed_loop  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
 from rollout.service import free_port  # noqa: E402
 from search_backend.build_index import EMBED_DIR, build  # noqa: E402
 from search_backend.faiss_import import faiss  # noqa: E402
@@ -36,6 +41,9 @@ FULL_KILT_PASSAGES = 25_000_000
 FULL_KILT_DIM = 1024
 # Transformer cost per passage grows roughly with parameter count: bge-large has ~335M, MiniLM-L6 ~22.7M.
 BGE_LARGE_COST_RATIO = 335 / 22.7
+QUERIES = ROOT / "tests/fixtures/search/queries_1000.txt"
+TOP_K = 3
+VARIANTS = ["--threads 2", "--max-wait-ms 0"]
 
 
 def load_queries(path: Path) -> list[dict]:
@@ -54,17 +62,6 @@ def encode_rate(backend: LocalFaissBackend, n: int = 256) -> float:
     started = time.perf_counter()
     backend.encoder.encode_passages(texts)
     return len(texts) / (time.perf_counter() - started)
-
-
-def in_process_limit(backend: LocalFaissBackend, queries: list[str], batch: int, seconds: float) -> float:
-    backend.search_sync(queries[:batch], 5)
-    done, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        start = done % len(queries)
-        chunk = (queries[start:] + queries)[:batch]
-        backend.search_sync(chunk, 5)
-        done += len(chunk)
-    return done / (time.perf_counter() - started)
 
 
 def index_types(
@@ -178,64 +175,253 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-async def load(url: str, queries: list[str], concurrency: int, seconds: float) -> float:
-    """Single-query `POST /search` requests/s at the given concurrency."""
-    bodies = [json.dumps({"queries": [q], "top_k": 5}).encode() for q in queries]
-    result = await closed_loop(url, "/search", bodies, concurrency, seconds, ok_prefix=b'{"results"')
-    if result.errors:
-        print(f"concurrency {concurrency}: {result.errors} failed requests, first: {result.first_error}", flush=True)
-    return result.rps
+@dataclass(frozen=True)
+class Target:
+    """One server endpoint measured: how to start its process, what to send, what a served answer starts with."""
+
+    name: str
+    process: str
+    path: str
+    body: Callable[[str], dict]
+    ok_prefix: bytes
 
 
-def server_throughput(
-    index_dir: Path,
-    queries: list[str],
-    levels: list[int],
-    batching: bool,
-    seconds: float,
-    max_batch: int,
-    threads: int | None = None,
-) -> dict[str, float]:
+def _search(q: str) -> dict:
+    return {"queries": [q], "top_k": TOP_K}
+
+
+def _r1(q: str) -> dict:
+    return {"queries": [q], "k": TOP_K}
+
+
+def _search_r1(q: str) -> dict:
+    return {"queries": [q], "topk": TOP_K, "return_scores": True}
+
+
+def peers(args: argparse.Namespace) -> dict[str, Path | None]:
+    return {"search-r1": args.search_r1, "r1-searcher": args.r1_searcher}
+
+
+def server_processes(index_dir: Path, args: argparse.Namespace) -> dict[str, list[str]]:
+    """Every process to start: ours at its defaults and each variant named in --variants, the peers given."""
+    ours = [sys.executable, "-m", "search_backend.serve", "--index", str(index_dir), "--cache-size", "0"]
+    processes = {"searchrl": ours}
+    for variant in args.variants:
+        processes[f"searchrl {variant}"] = ours + variant.split()
+    for peer, file in peers(args).items():
+        if file is not None:
+            cmd = [sys.executable, "-m", "benchmarks.peers", peer, "--file", str(file), "--index", str(index_dir)]
+            processes[peer] = cmd
+            for threads in args.peer_threads:
+                processes[f"{peer} --threads {threads}"] = [*cmd, "--threads", str(threads)]
+    return processes
+
+
+def targets(processes: dict[str, list[str]]) -> list[Target]:
+    found = [
+        Target("searchrl /search", "searchrl", "/search", _search, b'{"results"'),
+        Target("searchrl /retrieve", "searchrl", "/retrieve", _search_r1, b'{"result"'),
+        Target("searchrl /queries", "searchrl", "/queries", _r1, b'{"queries"'),
+    ]
+    found += [
+        Target(name, name, "/search", _search, b'{"results"') for name in processes if name.startswith("searchrl ")
+    ]
+    for name in processes:
+        threads = name.partition(" --threads ")[2]
+        shown = f" ({threads} thread{'s' * (threads != '1')})" if threads else ""
+        if name.startswith("search-r1"):
+            found.append(Target(f"Search-R1 /retrieve{shown}", name, "/retrieve", _search_r1, b'{"result"'))
+        if name.startswith("r1-searcher"):
+            found.append(Target(f"R1-Searcher /queries{shown}", name, "/queries", _r1, b'{"answers"'))
+    return found
+
+
+def start_server(cmd: list[str], probe: Target, log: Path) -> tuple[subprocess.Popen, str]:
+    """The process started and answering a real request on `probe.path` (the peers have no health check)."""
     import httpx
 
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "search_backend.serve",
-        "--index",
-        str(index_dir),
-        "--port",
-        str(port),
-        "--cache-size",
-        "0",
-        "--max-batch",
-        str(max_batch),
-    ] + ([] if batching else ["--no-batching"])
-    cmd += ["--threads", str(threads)] if threads else []
-    log_path = index_dir.parent / f"serve-{'on' if batching else 'off'}.log"
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log_path.open("w"))
+    proc = subprocess.Popen([*cmd, "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log.open("w"))
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.post(f"{url}{probe.path}", json=probe.body("warm up"), timeout=30).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{' '.join(cmd)} did not start; see {log}")
+        time.sleep(0.5)
+
+
+def block(url: str, target: Target, queries: list[str], concurrency: int, seconds: float) -> LoadResult:
+    bodies = [json.dumps(target.body(q)).encode() for q in queries]
+    result = asyncio.run(closed_loop(url, target.path, bodies, concurrency, seconds, ok_prefix=target.ok_prefix))
+    if result.errors:
+        print(f"{target.name} c={concurrency}: {result.errors} failed, first: {result.first_error}", flush=True)
+    return result
+
+
+def in_process_block(backend: LocalFaissBackend, queries: list[str], batch: int, seconds: float) -> float:
+    """Queries/s of encode + search, `batch` queries per call, no HTTP."""
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        start = done % len(queries)
+        backend.search_sync((queries[start:] + queries)[:batch], TOP_K)
+        done += batch
+    return done / (time.perf_counter() - started)
+
+
+def in_process_worker(index_dir: Path, queries_file: Path, threads: int) -> None:
+    """A process of its own per thread count, set once at start as the server sets it: each stdin line
+    `BATCH SECONDS` is answered with the queries/s of one block."""
+    from search_backend.serve import set_cpu_threads
+
+    set_cpu_threads(threads)
+    backend = LocalFaissBackend(index_dir)
+    queries = [q for q in queries_file.read_text(encoding="utf-8").splitlines() if q.strip()]
+    in_process_block(backend, queries, 1, 1.0)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        batch, seconds = line.split()
+        print(round(in_process_block(backend, queries, int(batch), float(seconds)), 1), flush=True)
+
+
+class InProcess:
+    """The in-process rate at one thread count, measured by a worker process on request."""
+
+    def __init__(self, index_dir: Path, args: argparse.Namespace, threads: int) -> None:
+        cmd = [sys.executable, "-m", "benchmarks.retrieval", "--kiltmini", str(args.kiltmini), "--index-worker"]
+        cmd += [str(index_dir), "--queries", str(args.queries), "--in-process-threads", str(threads)]
+        self.threads = threads
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        if self.proc.stdout is None or self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"in-process worker ({threads} threads) did not start")
+
+    def rate(self, batch: int, seconds: float) -> float:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{batch} {seconds}\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def medians(table: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
+    return {c: {k: statistics.median(v) for k, v in row.items()} for c, row in table.items()}
+
+
+def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespace) -> dict:
+    """Interleaved blocks, every round: each level in turn, and at each level every target once (the order
+    rotating from round to round) plus the in-process rate at the batch that level allows."""
+    from search_backend.build_index import STORE_DIR
+    from search_backend.store import PassageStore
+
+    passages = len(PassageStore(index_dir / STORE_DIR))
+    thread_counts = args.in_process_threads or sorted({1, torch_threads()})
+    workers: dict[int, InProcess] = {}
+    processes = server_processes(index_dir, args)
+    measured = targets(processes)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    started: dict[str, tuple[subprocess.Popen, str]] = {}
+    rates: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
+    latency: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
+    # CPU time per request of the server's processes (per query in process): other engineers' load moves it
+    # far less than it moves wall-clock rates.
+    cpu_ms: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
+    errors: dict[str, int] = {}
+    load_before = os.getloadavg()[0]
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("retrieval server did not start")
-            time.sleep(0.5)
-        asyncio.run(load(url, queries, 8, 2.0))
-        rates = {}
-        for c in levels:
-            rates[str(c)] = round(asyncio.run(load(url, queries, c, seconds)), 1)
-            print(f"server batching={batching} concurrency={c}: {rates[str(c)]} requests/s", flush=True)
-        return rates
+        for name, cmd in processes.items():
+            probe = next(t for t in measured if t.process == name)
+            started[name] = start_server(cmd, probe, args.work_dir / f"{name.replace(' ', '_')}.log")
+            block(started[name][1], probe, queries, 8, 2.0)
+            print(f"started {name}", flush=True)
+        workers.update((t, InProcess(index_dir, args, t)) for t in thread_counts)
+        for r in tqdm(range(args.rounds), desc="rounds"):
+            for c in levels:
+                batch = min(c, args.max_batch)
+                shift = r % (len(measured) + len(thread_counts))
+                order = [*measured, *thread_counts][shift:] + [*measured, *thread_counts][:shift]
+                for target in order:
+                    if isinstance(target, int):
+                        key = f"in-process, {target} thread{'s' * (target > 1)}, batch {batch}"
+                        before = cpu_seconds([workers[target].proc.pid])
+                        rate = workers[target].rate(batch, args.seconds)
+                        used = cpu_seconds([workers[target].proc.pid]) - before
+                        rates[str(c)].setdefault(key, []).append(round(rate, 1))
+                        cpu_ms[str(c)].setdefault(key, []).append(round(1000 * used / (rate * args.seconds), 2))
+                        continue
+                    pids = process_tree(started[target.process][0].pid)
+                    before = cpu_seconds(pids)
+                    result = block(started[target.process][1], target, queries, c, args.seconds)
+                    used = cpu_seconds(pids) - before
+                    rates[str(c)].setdefault(target.name, []).append(round(result.rps, 1))
+                    if result.requests:
+                        cpu_ms[str(c)].setdefault(target.name, []).append(round(1000 * used / result.requests, 2))
+                    latency[str(c)].setdefault(target.name, []).append(round(result.p50_ms, 2))
+                    errors[target.name] = errors.get(target.name, 0) + result.errors
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        for proc, _ in started.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+        for worker in workers.values():
+            worker.close()
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        # The machine is shared: its 1-minute load average before and after says how busy it was.
+        "load_average": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+        "passages": passages,
+        "queries": len(queries),
+        "top_k": TOP_K,
+        "seconds_per_block": args.seconds,
+        "rounds": args.rounds,
+        "in_process_threads": thread_counts,
+        "max_batch": args.max_batch,
+        "processes": {name: " ".join(cmd[2:]).replace(str(ROOT) + "/", "") for name, cmd in processes.items()},
+        "peer_files": {
+            peer: str(file)
+            for peer, file in (("search-r1", args.search_r1), ("r1-searcher", args.r1_searcher))
+            if file
+        },
+        "requests_per_s": rates,
+        "p50_ms": latency,
+        "errors": errors,
+        "median_requests_per_s": {c: {k: statistics.median(v) for k, v in row.items()} for c, row in rates.items()},
+        "median_p50_ms": {c: {k: statistics.median(v) for k, v in row.items()} for c, row in latency.items()},
+        "cpu_ms_per_request": cpu_ms,
+        "median_cpu_ms_per_request": {
+            c: {k: statistics.median(v) for k, v in row.items()} for c, row in cpu_ms.items()
+        },
+    }
+
+
+def held_out_index(kiltmini: Path, work_dir: Path, offset: int, count: int) -> Path:
+    """A Flat index of `count` passages from line `offset` of kiltmini's passages (reused between runs)."""
+    lines = (kiltmini / "passages.jsonl").read_text(encoding="utf-8").splitlines()[offset : offset + count]
+    if len(lines) < count:
+        raise SystemExit(f"--held-out {offset},{count}: {kiltmini / 'passages.jsonl'} has too few lines")
+    corpus = work_dir / f"held_out_{offset}_{count}.jsonl"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    index_dir = work_dir / f"held_out_{offset}_{count}"
+    build(corpus, "jsonl", index_dir, shard_size=1000)
+    return index_dir
+
+
+def _held_out(text: str) -> tuple[int, int]:
+    try:
+        offset, count = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected OFFSET,COUNT (e.g. 3000,640)") from None
+    return offset, count
 
 
 def parser() -> argparse.ArgumentParser:
@@ -251,21 +437,73 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--factory", action="append", help=f"index type (repeatable; default {FACTORIES})")
     p.add_argument("--nprobe", type=int, default=64)
     p.add_argument("--ef-search", type=int, default=128)
-    p.add_argument("--concurrency", default="1,8,64,256")
-    p.add_argument("--seconds", type=float, default=8.0, help="load duration per concurrency level")
-    p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument(
-        "--server-threads",
-        type=int,
-        default=1,
-        help="serve --threads: torch/FAISS threads in the server (1 leaves a core for HTTP on 2 cores)",
-    )
+    p.add_argument("--skip-index-types", action="store_true", help="servers only; other sections kept from --out")
     p.add_argument("--skip-server", action="store_true")
+    servers = p.add_argument_group("servers side by side")
+    servers.add_argument(
+        "--search-r1", type=Path, help="Search-R1's search_r1/search/retrieval_server.py, from a clone of its repo"
+    )
+    servers.add_argument("--r1-searcher", type=Path, help="R1-Searcher's train/wiki_corpus_load.py (its Flask server)")
+    servers.add_argument(
+        "--held-out",
+        type=_held_out,
+        default=(3000, 640),
+        help="OFFSET,COUNT: the lines of kiltmini's passages.jsonl the servers index (default 3000,640)",
+    )
+    servers.add_argument("--queries", type=Path, default=QUERIES, help="one query per line (default: 1,000 distinct)")
+    servers.add_argument(
+        "--variant",
+        dest="variants",
+        action="append",
+        help=f"serve options of another searchrl process measured beside the default (default: {VARIANTS})",
+    )
+    servers.add_argument("--concurrency", default="1,16,64,256")
+    servers.add_argument("--seconds", type=float, default=3.0, help="length of one block")
+    servers.add_argument("--rounds", type=int, default=3, help="blocks per target and level; medians reported")
+    p.add_argument("--index-worker", type=Path, help=argparse.SUPPRESS)
+    servers.add_argument(
+        "--peer-threads",
+        type=int,
+        nargs="*",
+        default=[1],
+        help="also run each peer at these torch/FAISS thread counts (default 1, the server's on 2 cores)",
+    )
+    servers.add_argument("--max-batch", type=int, default=64, help="the server's --max-batch (its default)")
+    servers.add_argument(
+        "--in-process-threads",
+        type=int,
+        nargs="+",
+        help="torch/FAISS threads of the in-process rates (default: 1 and torch's own)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.index_worker:
+        in_process_worker(args.index_worker, args.queries, args.in_process_threads[0])
+        return 0
+    args.variants = VARIANTS if args.variants is None else args.variants
+    result: dict = {}
+    if args.skip_index_types:
+        result = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
+    else:
+        result = index_type_section(args)
+    if not args.skip_server:
+        index_dir = held_out_index(args.kiltmini, args.work_dir, *args.held_out)
+        queries = [q for q in args.queries.read_text(encoding="utf-8").splitlines() if q.strip()]
+        servers = compare_servers(index_dir, queries, args)
+        servers["held_out"] = {"corpus": "kiltmini/passages.jsonl", "offset": args.held_out[0]}
+        result["servers"] = servers
+        result.pop("server", None)
+        print(json.dumps(servers["median_requests_per_s"], indent=1), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def index_type_section(args: argparse.Namespace) -> dict:
     factories = args.factory or FACTORIES
     index_dir = args.work_dir / "kiltmini"
     manifest = build(args.kiltmini / "passages.jsonl", "jsonl", index_dir, shard_size=1000)
@@ -280,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "faiss": faiss.__version__},
+        "date": time.strftime("%Y-%m-%d"),
         "model": manifest["model"],
         "passages": n,
         "queries": len(queries),
@@ -293,37 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
     result["projection_full_kilt"] = projection(result["index_types"], dim, n, result["encode_passages_per_s"])
     print(json.dumps(result["projection_full_kilt"]), flush=True)
-
-    if not args.skip_server:
-        levels = [int(c) for c in args.concurrency.split(",")]
-        limit = in_process_limit(backend, texts, args.max_batch, args.seconds)
-        from search_backend.serve import set_cpu_threads
-
-        default_threads = torch_threads()
-        set_cpu_threads(args.server_threads)
-        limit_same_threads = in_process_limit(backend, texts, args.max_batch, args.seconds)
-        set_cpu_threads(default_threads)
-        del backend
-        on = server_throughput(index_dir, texts, levels, True, args.seconds, args.max_batch, args.server_threads)
-        off = server_throughput(index_dir, texts, levels, False, args.seconds, args.max_batch, args.server_threads)
-        result["server"] = {
-            "in_process_limit_queries_per_s": round(limit, 1),
-            "batch_size": args.max_batch,
-            "in_process_threads": default_threads,
-            "in_process_limit_at_server_threads_queries_per_s": round(limit_same_threads, 1),
-            "server_threads": args.server_threads,
-            "batching_on_requests_per_s": on,
-            "batching_off_requests_per_s": off,
-            "ratio_to_limit_at_64": round(on.get("64", 0.0) / limit, 3) if "64" in on else None,
-            "ratio_to_limit_at_server_threads_at_64": round(on.get("64", 0.0) / limit_same_threads, 3)
-            if "64" in on
-            else None,
-        }
-        print(json.dumps(result["server"]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 from fastapi import FastAPI, Request, Response  # noqa: E402
 
-from benchmarks.loadgen import LoadResult, closed_loop  # noqa: E402
+from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
 from rollout.service import free_port, wait_healthy  # noqa: E402
 
 TRAJECTORIES = ROOT / "tests/fixtures/r1searcher/hotpotqa_llama.jsonl"
@@ -55,7 +56,19 @@ def bench_app() -> FastAPI:
     return app
 
 
-def serve(port: int, workers: int) -> None:
+def echo_app() -> FastAPI:
+    """The speed issue's yardstick: a plain FastAPI app, no guard, whose endpoint returns the JSON body it got."""
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    return app
+
+
+def serve(port: int, workers: int, factory: str = "bench_app") -> None:
+    """One of this module's apps (`bench_app`, `echo_app`) with the reward server's options and workers."""
     import uvicorn
 
     from reward_server.app import SETTINGS_ENV, ServerSettings
@@ -65,7 +78,7 @@ def serve(port: int, workers: int) -> None:
     settings = ServerSettings(spec=PRESETS[PRESET], preset=PRESET)
     os.environ[SETTINGS_ENV] = settings.to_env()
     uvicorn.run(
-        "benchmarks.reward_server:bench_app",
+        f"benchmarks.reward_server:{factory}",
         factory=True,
         host="127.0.0.1",
         port=port,
@@ -76,40 +89,39 @@ def serve(port: int, workers: int) -> None:
     )
 
 
-def process_tree(pid: int) -> list[int]:
-    found = [pid]
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        found += process_tree(int(child))
-    return found
+def wait_echo(url: str, proc: subprocess.Popen) -> None:
+    import httpx
 
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+            if httpx.post(f"{url}/echo", json={"query": []}, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url}/echo did not start")
 
 
-def measure(url: str, pids: list[int], bodies: list[bytes], concurrency: int, seconds: float, rounds: int) -> dict:
-    """Alternating slices of each endpoint; requests, latencies and server CPU summed per endpoint."""
-    paths = ("/trivial", "/trivial_validated", "/get_reward")
-    slices: dict[str, list[LoadResult]] = {p: [] for p in paths}
-    cpu = dict.fromkeys(paths, 0.0)
+def measure(
+    endpoints: dict[str, str], pids: list[int], bodies: list[bytes], concurrency: int, seconds: float, rounds: int
+) -> dict:
+    """Alternating slices of each endpoint (name -> URL); requests, latencies and server CPU summed per endpoint.
+    `pids` are every server process (the reward server's and the echo app's): the idle one costs nothing."""
+    slices: dict[str, list[LoadResult]] = {name: [] for name in endpoints}
+    cpu = dict.fromkeys(endpoints, 0.0)
     for _ in range(rounds):
-        for path in paths:
+        for name, url in endpoints.items():
+            base, path = url.rsplit("/", 1)
+            ok = b'{"query"' if name.endswith("echo") else b'{"rewards"'
             before = cpu_seconds(pids)
-            slices[path].append(
-                asyncio.run(closed_loop(url, path, bodies, concurrency, seconds / rounds, ok_prefix=b'{"rewards"'))
+            slices[name].append(
+                asyncio.run(closed_loop(base, f"/{path}", bodies, concurrency, seconds / rounds, ok_prefix=ok))
             )
-            cpu[path] += cpu_seconds(pids) - before
+            cpu[name] += cpu_seconds(pids) - before
     out = {}
-    for path, results in slices.items():
+    for name, results in slices.items():
         served = sum(r.requests for r in results)
-        out[path.strip("/")] = {
+        out[name] = {
             "requests": served,
             "errors": sum(r.errors for r in results),
             "rps": served / seconds,
@@ -117,7 +129,7 @@ def measure(url: str, pids: list[int], bodies: list[bytes], concurrency: int, se
             "p50_ms": max(r.p50_ms for r in results),
             "p99_ms": max(r.p99_ms for r in results),
             "max_ms": max(r.max_ms for r in results),
-            "server_cpu_us_per_request": round(1e6 * cpu[path] / served, 1) if served else None,
+            "server_cpu_us_per_request": round(1e6 * cpu[name] / served, 1) if served else None,
         }
     return out
 
@@ -163,47 +175,70 @@ def main() -> int:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="server worker processes to measure")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/reward_server.json")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--serve-echo", type=int, help=argparse.SUPPRESS)
     p.add_argument("--serve-workers", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
         serve(args.serve, args.serve_workers)
         return 0
+    if args.serve_echo:
+        serve(args.serve_echo, args.serve_workers, "echo_app")
+        return 0
 
     records = [json.loads(line) for line in TRAJECTORIES.open()]
     bodies = agent_bodies(records)
     rows = []
-    for workers in args.workers:
-        port = free_port()
-        cmd = [sys.executable, __file__, "--serve", str(port), "--serve-workers", str(workers)]
-        proc = subprocess.Popen(cmd)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_healthy(base, 60, proc)
-            time.sleep(1.0 if workers > 1 else 0.0)  # every worker up
-            pids = process_tree(proc.pid)
+    procs: list[subprocess.Popen] = []
+    endpoints: dict[str, str] = {}
+    try:
+        # Every worker count's servers run at once, their slices interleaved, so each sees the same machine load.
+        for workers in args.workers:
+            urls = {}
+            for flag in ("--serve", "--serve-echo"):
+                port = free_port()
+                cmd = [sys.executable, "-m", "benchmarks.reward_server", flag, str(port)]
+                procs.append(subprocess.Popen([*cmd, "--serve-workers", str(workers)], cwd=ROOT))
+                urls[flag] = f"http://127.0.0.1:{port}"
+            wait_healthy(urls["--serve"], 60, procs[-2])
+            wait_echo(urls["--serve-echo"], procs[-1])
+            base = urls["--serve"]
+            for name in ("get_reward", "trivial", "trivial_validated"):
+                endpoints[f"{workers} {name}"] = f"{base}/{name}"
+            endpoints[f"{workers} echo"] = f"{urls['--serve-echo']}/echo"
             asyncio.run(closed_loop(base, "/get_reward", bodies, 16, 1.0))  # warm-up
-            for c in args.concurrency:
-                point = measure(base, pids, bodies, c, args.seconds, args.rounds)
-                reward, trivial, validated = point["get_reward"], point["trivial"], point["trivial_validated"]
+            asyncio.run(closed_loop(urls["--serve-echo"], "/echo", bodies, 16, 1.0, ok_prefix=b'{"query"'))
+        time.sleep(1.0)  # every worker up
+        pids = [pid for proc in procs for pid in process_tree(proc.pid)]
+        for c in args.concurrency:
+            point = measure(endpoints, pids, bodies, c, args.seconds, args.rounds)
+            for workers in args.workers:
+                reward, trivial, validated, echo = (
+                    point[f"{workers} {k}"] for k in ("get_reward", "trivial", "trivial_validated", "echo")
+                )
                 row = {
                     "workers": workers,
                     "concurrency": c,
                     "reward": reward,
                     "trivial": trivial,
                     "trivial_validated": validated,
+                    "echo": echo,
                     "ratio": reward["rps"] / trivial["rps"],
                     "ratio_to_validated": reward["rps"] / validated["rps"],
+                    "ratio_to_echo": reward["rps"] / echo["rps"],
                     "cpu_ratio": trivial["server_cpu_us_per_request"] / reward["server_cpu_us_per_request"],
+                    "cpu_ratio_to_echo": echo["server_cpu_us_per_request"] / reward["server_cpu_us_per_request"],
                 }
                 rows.append(row)
                 print(
                     f"workers {workers} c={c:>4}  reward {reward['rps']:6.0f} req/s (p50 {reward['p50_ms']:6.1f} ms, "
-                    f"p99 {reward['p99_ms']:6.1f} ms, {reward['server_cpu_us_per_request']:.0f} us CPU)  trivial "
-                    f"{trivial['rps']:6.0f} ({trivial['server_cpu_us_per_request']:.0f} us)  validated "
-                    f"{validated['rps']:6.0f}  ratio {row['ratio']:.2f}  CPU ratio {row['cpu_ratio']:.2f}",
+                    f"{reward['server_cpu_us_per_request']:.0f} us CPU)  trivial {trivial['rps']:6.0f} "
+                    f"({trivial['server_cpu_us_per_request']:.0f} us)  validated {validated['rps']:6.0f}  echo "
+                    f"{echo['rps']:6.0f} ({echo['server_cpu_us_per_request']:.0f} us)  ratio to echo "
+                    f"{row['ratio_to_echo']:.2f}, to trivial {row['ratio']:.2f}",
                     flush=True,
                 )
-        finally:
+    finally:
+        for proc in procs:
             proc.terminate()
             proc.wait(20)
     at64 = [r for r in rows if r["concurrency"] == 64]
@@ -219,9 +254,11 @@ def main() -> int:
         "baselines": {
             "trivial": "same app, middleware, server and workers; reads the body, answers a constant",
             "trivial_validated": "as trivial, plus parsing the body into the reward request model",
+            "echo": "a plain FastAPI app (no guard), same server options and workers: `async def echo(body: dict) -> "
+            "dict: return body`",
         },
-        "target": "reward endpoint >= 0.8 of the trivial endpoint at concurrency 64, same worker count",
-        "target_met": {str(r["workers"]): r["ratio"] >= 0.8 for r in at64},
+        "target": "reward endpoint >= 0.8 of the FastAPI echo endpoint at concurrency 64, same worker count",
+        "target_met": {str(r["workers"]): r["ratio_to_echo"] >= 0.8 for r in at64},
         "scoring_us_in_process": scoring_cost(records),
         "load_generator": "benchmarks/loadgen.py, raw HTTP/1.1 keep-alive connections on the same machine",
     }

@@ -315,39 +315,84 @@ def retrieval_projection() -> str:
     return f"{head}\n\n{body}\n\n{enc}"
 
 
+def _in_process_key(row: dict[str, Any], threads: int) -> str | None:
+    return next((k for k in row if k.startswith(f"in-process, {threads} thread")), None)
+
+
+def _paired(rounds: dict[str, list[float]], ours: str, theirs: str | None) -> str:
+    """The median over rounds of ours / theirs within each round (both measured minutes apart)."""
+    if theirs is None or theirs not in rounds or ours not in rounds:
+        return "n/a"
+    ratios = sorted(a / b for a, b in zip(rounds[ours], rounds[theirs], strict=True) if b)
+    if not ratios:
+        return "n/a"
+    mid = len(ratios) // 2
+    return num(ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2, 2)
+
+
 def retrieval_server() -> str:
     d = load("retrieval")
-    s = d["server"]
+    s = d["servers"]
+    held = s["held_out"]
     head = source(
         "retrieval",
-        d,
-        f" Single-query `POST /search`, closed loop, cache off, `--threads {s['server_threads']}`, "
-        f"max batch {s['batch_size']}; the load generator on the same cores",
+        s,
+        f" {s['passages']} held-out passages (lines {held['offset']} on of `{held['corpus']}`), flat index, "
+        f"{s['queries']:,} distinct real queries, one per request, top {s['top_k']}, result cache off; "
+        f"{s['rounds']} rounds of interleaved {s['seconds_per_block']:g} s blocks, medians; load generator on "
+        f"the same cores; 1-minute load average {s['load_average'][0]} before, {s['load_average'][1]} after "
+        "(the machine is shared)",
     )
-    levels = list(s["batching_on_requests_per_s"])
-    body = table(
-        ["concurrency", *levels],
+    med, cpu = s["median_requests_per_s"], s["median_cpu_ms_per_request"]
+    levels = list(med)
+    names = [k for k in med[levels[0]] if not k.startswith("in-process")]
+
+    def row(label: str, key_of: Callable[[str], str | None], table_: dict[str, dict[str, float]]) -> tuple:
+        return (label, *(num(table_[c].get(key_of(c) or ""), 1 if table_ is med else 2) for c in levels))
+
+    def in_process_rows(table_: dict[str, dict[str, float]]) -> list[tuple]:
+        return [
+            row(
+                f"in-process encode + search, {t} thread{'s' * (t > 1)}, batch min(c, {s['max_batch']})",
+                lambda c, t=t: _in_process_key(med[c], t),
+                table_,
+            )
+            for t in s["in_process_threads"]
+        ]
+
+    rates = table(
+        ["requests/s (median) at concurrency", *levels],
+        [row(n, lambda c, n=n: n, med) for n in names] + in_process_rows(med),
+    )
+    cpu_table = table(
+        ["server CPU ms per request (in process: per query)", *levels],
+        [row(n, lambda c, n=n: n, cpu) for n in names] + in_process_rows(cpu),
+    )
+    rounds = s["requests_per_s"]
+    ratios = table(
         [
-            ("batching on, requests/s", *(num(s["batching_on_requests_per_s"][c]) for c in levels)),
-            ("batching off, requests/s", *(num(s["batching_off_requests_per_s"][c]) for c in levels)),
+            "concurrency",
+            "`/retrieve` / Search-R1, as shipped",
+            "`/retrieve` / Search-R1, 1 thread",
+            "`/queries` / R1-Searcher, as shipped",
+            "`/queries` / R1-Searcher, 1 thread",
+            "`/search` / in-process, 1 thread",
         ],
-    )
-    limits = table(
-        [f"in-process limit (batches of {s['batch_size']})", "queries/s", "server at 64 / limit"],
         [
             (
-                f"{s['in_process_threads']} threads",
-                num(s["in_process_limit_queries_per_s"]),
-                num(s["ratio_to_limit_at_64"], 2),
-            ),
-            (
-                f"{s['server_threads']} thread (the server's setting)",
-                num(s["in_process_limit_at_server_threads_queries_per_s"]),
-                f"**{num(s['ratio_to_limit_at_server_threads_at_64'], 2)}**",
-            ),
+                c,
+                _paired(rounds[c], "searchrl /retrieve", "Search-R1 /retrieve"),
+                _paired(rounds[c], "searchrl /retrieve", "Search-R1 /retrieve (1 thread)"),
+                _paired(rounds[c], "searchrl /queries", "R1-Searcher /queries"),
+                _paired(rounds[c], "searchrl /queries", "R1-Searcher /queries (1 thread)"),
+                f"**{_paired(rounds[c], 'searchrl /search', _in_process_key(rounds[c], 1))}**",
+            )
+            for c in levels
         ],
     )
-    return f"{head}\n\n{body}\n\n{limits}"
+    commands = table(["process", "command"], [(name, f"`{cmd}`") for name, cmd in s["processes"].items()])
+    note = "Ratios: the median over rounds of the ratio within a round."
+    return f"{head}\n\n{rates}\n\n{cpu_table}\n\n{note}\n\n{ratios}\n\n{commands}"
 
 
 def reward_server() -> str:
@@ -360,7 +405,7 @@ def reward_server() -> str:
     )
     rows = []
     for p in d["points"]:
-        r, t, v = p["reward"], p["trivial"], p["trivial_validated"]
+        r, t, v, e = p["reward"], p["trivial"], p["trivial_validated"], p["echo"]
         rows.append(
             (
                 p["workers"],
@@ -368,10 +413,13 @@ def reward_server() -> str:
                 f"{r['rps']:,.0f}",
                 num(r["p50_ms"]),
                 num(r["p99_ms"]),
+                f"{e['rps']:,.0f}",
                 f"{t['rps']:,.0f}",
                 f"{v['rps']:,.0f}",
+                f"**{num(p['ratio_to_echo'], 2)}**",
                 num(p["ratio"], 2),
-                f"{r['server_cpu_us_per_request']:,.0f} / {t['server_cpu_us_per_request']:,.0f}",
+                f"{r['server_cpu_us_per_request']:,.0f} / {e['server_cpu_us_per_request']:,.0f} / "
+                f"{t['server_cpu_us_per_request']:,.0f}",
                 r["errors"],
             )
         )
@@ -382,18 +430,27 @@ def reward_server() -> str:
             "reward req/s",
             "p50 ms",
             "p99 ms",
+            "FastAPI echo req/s",
             "trivial req/s",
             "trivial + validation req/s",
+            "ratio to echo",
             "ratio to trivial",
-            "server CPU µs/request, reward / trivial",
+            "server CPU µs/request, reward / echo / trivial",
             "errors",
         ],
         rows,
     )
     met = ", ".join(f"{w} worker(s): {'met' if ok else 'not met'}" for w, ok in d["target_met"].items())
+    cpu64 = ", ".join(
+        f"{p['workers']} worker(s): {num(p['cpu_ratio_to_echo'], 2)}" for p in d["points"] if p["concurrency"] == 64
+    )
     extra = table(
-        ["target at concurrency 64", "scoring alone, in process (µs/sample)"],
-        [(met, num(d["scoring_us_in_process"]))],
+        [
+            "target at concurrency 64, requests/s",
+            "echo CPU / reward CPU per request at 64",
+            "scoring alone, in process (µs/sample)",
+        ],
+        [(met, cpu64, num(d["scoring_us_in_process"]))],
     )
     return f"{head}\n\n{body}\n\n{extra}"
 
@@ -427,6 +484,37 @@ def load_table() -> str:
         ["client", "phase", "concurrency", "sent", "lost", "wrong", "p50 ms", "p99 ms", "max ms", "req/s"], rows
     )
     return f"{head}\n\n{body}"
+
+
+def restart() -> str:
+    d = load("restart")
+    parts = []
+    for label, run in d["runs"].items():
+        head = source(
+            "restart",
+            run,
+            f" **{label}**: a burst at concurrency {run['concurrency']:,} through the project's clients, the server "
+            "killed -9 once a fifth was answered and started again *down s* later (the reward server on the same "
+            "score log); outage: from the kill until the new server was healthy (its start-up included); load "
+            f"average at the end {run['load_average_1m_at_end']}",
+        )
+        rows = [
+            (
+                r["client"],
+                num(r["down_s"], 0),
+                num(r["outage_s"]),
+                f"{r['sent']:,}",
+                f"{r['lost']:,}",
+                r["wrong"],
+                "n/a" if r["scored_twice"] is None else r["scored_twice"],
+                num(r["p99_ms"], 0),
+                num(r["rps"]),
+            )
+            for r in run["rows"]
+        ]
+        header = ["client", "down s", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
+        parts.append(f"{head}\n\n{table(header, rows)}")
+    return "\n\n".join(parts)
 
 
 def rollout() -> str:
@@ -519,27 +607,42 @@ def hostile() -> str:
 def gmtrouter() -> str:
     d = load("gmtrouter")
     st = d["settings"]
+    models = d["models"]
     head = source(
         "gmtrouter",
         d,
         f" synthetic users: {st['seen_users']} seen (trained on their first {st['train_fraction']:.0%} of sessions), "
-        f"{st['new_users']} new ({st['new_user_context_sessions']} sessions of context); {st['epochs']} epochs; "
-        f"mean of seeds {', '.join(str(s) for s in d['seeds'])}; margins: the worst seed's",
+        f"{st['new_users']} new ({st['new_user_context_sessions']} sessions of context); epochs "
+        + ", ".join(f"{m} {st['epochs'][m]}" for m in models)
+        + f"; mean of seeds {', '.join(str(s) for s in d['seeds'])}; training + evaluation seconds per seed "
+        + ", ".join(f"{m} {num(d['seconds'][m], 0)}" for m in models)
+        + "; margins: the worst seed's",
     )
     sets = {"seen_users_later_sessions": "seen users, later sessions", "new_users": "new users"}
+    first = models[0]
     rows = []
     for key, label in sets.items():
-        mean, worst = d["mean"][key], d["min_margin"][key]
-        for metric in ("preference_accuracy", "ndcg@3"):
+        for metric in ("accuracy", "auc", "per_user_auc", "ndcg@3"):
+            mean = {m: d["mean"][m][key] for m in models}
+            worst = d["min_margin"][first][key]
             rows.append(
                 (
                     f"{label}: {metric.replace('_', ' ')}",
-                    *(num(mean[m][metric], 3) for m in ("personalised", "non_personalised", "popularity")),
+                    *(num(mean[m]["personalised"][metric], 3) for m in models),
+                    *(num(mean[m]["non_personalised"][metric], 3) for m in models),
+                    num(mean[first]["popularity"][metric], 3),
                     f"+{num(worst['non_personalised'][metric], 3)} / +{num(worst['popularity'][metric], 3)}",
                 )
             )
     body = table(
-        ["held-out", "personalised", "non-personalised", "popularity", "worst margin (non-pers. / popularity)"], rows
+        [
+            "held-out",
+            *(f"{m} personalised" for m in models),
+            *(f"{m} non-personalised" for m in models),
+            "popularity",
+            f"{first} worst margin (non-pers. / popularity)",
+        ],
+        rows,
     )
     return f"{head}\n\n{body}\n\n![GMTRouter against its baselines](../benchmarks/results/gmtrouter.png)"
 
@@ -625,6 +728,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "retrieval-server": retrieval_server,
     "reward-server": reward_server,
     "load": load_table,
+    "restart": restart,
     "rollout": rollout,
     "multi-query": multi_query,
     "hostile": hostile,

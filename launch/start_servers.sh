@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start the retrieval and reward servers in the background, with logs and pid files, and wait
-# until both answer /health. A port already in use is an error (the server answering there would not
-# be ours); runs/servers/<name>.json records pid and URL for ray_submit.sh's preflight.
+# until both answer /health. Servers this script started before are stopped first (and waited for); a
+# port still in use is an error naming its process; runs/servers/<name>.json records pid and URL.
 #   launch/start_servers.sh --index DIR [--stage stage1|stage2] [--search-port 8002] [--reward-port 8001]
 #                           [--host 127.0.0.1] [--run-dir runs/servers]
 #   launch/start_servers.sh stop [--run-dir runs/servers]
@@ -30,13 +30,9 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$RUN_DIR"
 
-stop_one() {
-  local pidfile="$RUN_DIR/$1.pid"
-  if [ -f "$pidfile" ]; then
-    kill "$(cat "$pidfile")" 2>/dev/null && echo "[servers] stopped $1 (pid $(cat "$pidfile"))" || true
-    rm -f "$pidfile" "$RUN_DIR/$1.json"
-  fi
-}
+cd "$ROOT"
+# Stops the server the pid file names and returns once it has exited, so its port is free for the next one.
+stop_one() { "$PY" -m launch.server_process stop "$1" --run-dir "$RUN_DIR"; }
 if [ "$ACTION" = stop ]; then stop_one retrieval; stop_one reward; exit 0; fi
 
 # The stage set lives in rollout/submit.py; the reward server gets the resolved config the agent reads.
@@ -44,20 +40,13 @@ case "$STAGE" in stage*) ;; *) echo "error: --stage must be stage1 or stage2, go
 [ -n "$INDEX" ] || { echo "error: --index DIR is required (build one with python -m search_backend.build_index)" >&2; exit 2; }
 [ -f "$INDEX/manifest.json" ] || { echo "error: --index $INDEX has no manifest.json (an unfinished build?)" >&2; exit 2; }
 
-cd "$ROOT"
 RESOLVED="$RUN_DIR/$STAGE.resolved.json"
 "$PY" -m rollout.resolve_stage "$STAGE" --out "$RESOLVED" ${OVERRIDES[@]+"${OVERRIDES[@]}"} >/dev/null
-port_free() {  # port: whether nothing listens on it (a healthy answer there would be someone else's)
-  "$PY" -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); \
-s.bind(('$HOST', $1))" 2>/dev/null
-}
 start_one() {  # name port command...
   local name="$1" port="$2"; shift 2
   stop_one "$name"
-  if ! port_free "$port"; then
-    echo "error: $HOST:$port is in use by another process; stop it or choose another port (--${name/retrieval/search}-port)" >&2
-    exit 1
-  fi
+  # Nothing may listen on the port (a healthy answer there would not be ours); the error says whose it is.
+  "$PY" -m launch.server_process check-port "$name" "$port" --host "$HOST" --run-dir "$RUN_DIR" || exit 1
   nohup "$@" --host "$HOST" --port "$port" >>"$RUN_DIR/$name.log" 2>&1 &
   echo $! >"$RUN_DIR/$name.pid"
   printf '{"name": "%s", "pid": %s, "url": "http://%s:%s", "stage": "%s", "index": "%s"}\n' \

@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-concurrency", type=int, default=4096, help="open connections or requests in flight before 503s"
     )
+    p.add_argument(
+        "--allowed-hosts",
+        default="",
+        help="without a token, Host names answered besides loopback names and IP addresses (comma-separated; *: any)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="spec overrides, e.g. answer_metric=f1")
     return p
 
@@ -73,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         max_query_chars=args.max_query_chars,
         token=server_token(None, TOKEN_ENV),
         limits=limits,
+        allowed_hosts=tuple(h.strip() for h in f"{args.allowed_hosts},{args.host}".split(",") if h.strip()),
     )
     logging.basicConfig(level=logging.INFO)
     options = {"host": args.host, "port": args.port, "log_level": "info", "access_log": False}

@@ -25,11 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
+from reward_server.idempotency import RecentAnswers, body_digest, log_fields, logged_answers, request_key
 from reward_server.scoring import SampleScore, score_solution
 from reward_server.spec import RewardSpec
 from searchrl.metrics import as_golds
 from searchrl.protocol import split_solution
 from searchrl.server import (
+    BODY_ERRORS,
     Limits,
     RequestError,
     guard,
@@ -37,6 +39,7 @@ from searchrl.server import (
     parse_body,
     release_freed_memory,
     server_token,
+    shown,
 )
 
 log = logging.getLogger("reward_server")
@@ -79,6 +82,8 @@ class ServerSettings:
     max_golds: int = 1000
     token: SecretStr | str | None = field(default=None, repr=False)
     limits: Limits = field(default_factory=Limits)
+    # Host names answered without a token besides loopback names and IP addresses (DNS rebinding).
+    allowed_hosts: tuple[str, ...] = ()
 
     def to_env(self) -> str:
         """These settings (without the token, which workers read from its own variable) as JSON for workers."""
@@ -92,6 +97,7 @@ class ServerSettings:
                 "max_query_chars": self.max_query_chars,
                 "max_golds": self.max_golds,
                 "limits": asdict(self.limits),
+                "allowed_hosts": list(self.allowed_hosts),
             }
         )
 
@@ -102,6 +108,7 @@ class ServerSettings:
             spec=RewardSpec.model_validate(data.pop("spec")),
             log_jsonl=Path(data.pop("log_jsonl")) if data.get("log_jsonl") else None,
             limits=Limits(**data.pop("limits")),
+            allowed_hosts=tuple(data.pop("allowed_hosts", ())),
             token=server_token(None, TOKEN_ENV),
             **{k: v for k, v in data.items() if k != "log_jsonl"},
         )
@@ -113,8 +120,12 @@ class _ScoreLog:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
+        # A predecessor killed mid-write leaves a torn last line; ours starts on a line of its own.
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            os.write(self._fd, b"\n")
 
     def write(self, records: list[dict[str, Any]]) -> None:
         data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
@@ -132,16 +143,12 @@ def _parse(body: bytes) -> RewardRequest:
     return parse_body(body, RewardRequest)
 
 
-def _shown(value: Any) -> str:
-    if type(value) is int:
-        return str(value) if abs(value) < 10**15 else "a number too large"
-    return repr(value)[:40] if isinstance(value, str | float) else f"a {type(value).__name__}"
-
-
 def _check_num_searches(value: Any, where: str) -> None:
-    if type(value) is not int or not 0 <= value <= MAX_NUM_SEARCHES:
+    # 3.0 is a whole number to JSON Schema (and to the OpenAPI schema we publish), so it is one here too.
+    whole = type(value) is int or (type(value) is float and value.is_integer())
+    if not whole or not 0 <= value <= MAX_NUM_SEARCHES:
         limit = f"must be a whole number from 0 to {MAX_NUM_SEARCHES} (the searches the environment ran)"
-        raise RequestError(where, f"{limit}, got {_shown(value)}")
+        raise RequestError(where, f"{limit}, got {shown(value)}")
 
 
 def _validate_shape(req: RewardRequest, settings: ServerSettings) -> list[list[str]]:
@@ -194,14 +201,40 @@ def _handle(body: bytes, settings: ServerSettings) -> tuple[RewardRequest, list[
     return req, golds, _score_batch(req, golds, settings.spec)
 
 
-_REQUEST_SCHEMA = RewardRequest.model_json_schema()
+def _request_schema(settings: ServerSettings) -> dict[str, Any]:
+    """RewardRequest's OpenAPI schema with the limits the server checks itself. What a schema cannot say: the
+    lists are aligned with `query`, and each prompt is found inside its query."""
+    schema = RewardRequest.model_json_schema()
+    props = schema["properties"]
+    text = {"type": "string", "maxLength": settings.max_query_chars}
+    props["query"].update(maxItems=settings.max_items, items=text)
+    props["prompts"]["anyOf"][0]["items"] = text
+    golds = {"type": "array", "items": {"type": "string"}, "maxItems": settings.max_golds}
+    props["labels"]["items"] = {"anyOf": [{"type": "string"}, golds]}
+    count = {"type": "integer", "minimum": 0, "maximum": MAX_NUM_SEARCHES}
+    props["metadata"]["anyOf"][0]["items"]["properties"] = {"num_searches": count}
+    return schema
+
+
+def _answer(records: list[dict[str, Any]]) -> bytes:
+    """The response body for scored samples, each `{"reward", "score", "logs"}` (a SampleScore's or a log line's)."""
+    out = {
+        "rewards": [r["reward"] for r in records],
+        "scores": [r["score"] for r in records],
+        "extra_logs": {name: [r["logs"][name] for r in records] for name in records[0]["logs"]},
+    }
+    return to_json(out)
 
 
 def create_app(settings: ServerSettings) -> FastAPI:
     state: dict[str, Any] = {"log": None, "scored": 0, "started": time.time()}
+    answers = RecentAnswers()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.log_jsonl:
+            for key, digest, answer in await run_in_threadpool(logged_answers, settings.log_jsonl, _answer):
+                answers.remember(key, digest, answer)
         state["log"] = _ScoreLog(settings.log_jsonl) if settings.log_jsonl else None
         state["started"] = time.time()
         yield
@@ -214,9 +247,10 @@ def create_app(settings: ServerSettings) -> FastAPI:
         max_bytes=settings.max_body_bytes,
         token=server_token(settings.token, TOKEN_ENV),
         body_timeout_s=settings.limits.body_timeout_s,
+        allowed_hosts=settings.allowed_hosts,
     )
 
-    @app.get("/health")
+    @app.get("/health", responses={403: BODY_ERRORS[403]})
     async def health(request: Request) -> dict[str, Any]:
         # Open for liveness checks; what the server runs (the spec) only with the token.
         if not is_authorized(request.scope):
@@ -228,6 +262,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             "spec_digest": settings.spec.digest(),
             "weights": settings.spec.weights(),
             "scored": state["scored"],
+            "retries_answered_again": answers.replayed,
             "uptime_s": round(time.time() - state["started"], 1),
             "pid": os.getpid(),
         }
@@ -238,12 +273,22 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @app.post(
         "/get_reward",
         response_model=RewardResponse,
+        responses=BODY_ERRORS,
         openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": _REQUEST_SCHEMA}}}
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _request_schema(settings)}}}
         },
     )
     async def get_reward(request: Request) -> Response:
         body = await request.body()
+        key = request_key(request.scope["headers"])
+        if key is None:
+            answer = await score(body, None, "")
+        else:
+            digest = body_digest(body)
+            answer = await answers.answer(key, digest, lambda: score(body, key, digest))
+        return Response(answer, media_type="application/json")
+
+    async def score(body: bytes, key: str | None, digest: str) -> bytes:
         if len(body) > INLINE_BYTES:
             try:
                 req, golds, results = await run_in_threadpool(_handle, body, settings)
@@ -258,18 +303,21 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 results = await run_in_threadpool(_score_batch, req, golds, settings.spec)
         state["scored"] += len(results)
         if state["log"] is not None:
+            n = len(results)
             records = [
-                {"query": q, "labels": g, "reward": r.reward, "score": r.score, "logs": r.logs, "time": time.time()}
-                for q, g, r in zip(req.query, golds, results, strict=True)
+                {
+                    **log_fields(key, digest, i, n),
+                    "reward": r.reward,
+                    "score": r.score,
+                    "logs": r.logs,
+                    "time": time.time(),
+                    "query": q,
+                    "labels": g,
+                }
+                for i, (q, g, r) in enumerate(zip(req.query, golds, results, strict=True))
             ]
             await run_in_threadpool(state["log"].write, records)
-        names = results[0].logs.keys()
-        out = {
-            "rewards": [r.reward for r in results],
-            "scores": [r.score for r in results],
-            "extra_logs": {name: [r.logs[name] for r in results] for name in names},
-        }
-        return Response(to_json(out), media_type="application/json")
+        return _answer([{"reward": r.reward, "score": r.score, "logs": r.logs} for r in results])
 
     return app
 

@@ -7,6 +7,7 @@ ends the episode, and the reward server scores the whole text.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -20,6 +21,10 @@ from search_backend.base import Passage, SearchBackend, SearchError, r1_text
 from searchrl.metrics import as_golds, normalize_answer
 from searchrl.protocol import format_documents, last_query, split_queries
 
+log = logging.getLogger("rollout.environment")
+# A retrieval outage fails every episode's search at once; one warning per interval, with the count, says so
+# without flooding the log of a thousand-episode batch.
+WARN_EVERY_S = 10.0
 SEARCH_FAILED = "The search failed ({reason}); no documents are available for this query."
 NOTHING_FOUND = "No documents were found for this query."
 
@@ -71,6 +76,9 @@ class SearchEnvironment:
         self.process_weight = reward.process_weight if reward is not None else 0.0
         # The policy's tokenizer, which max_tokens_per_query counts in; the agent sets it from OpenRLHF's call.
         self.tokenizer: Tokenizer | None = None
+        self.failed_searches = 0  # over the environment's life; each episode counts its own in search_errors
+        self._unreported = 0
+        self._warned_at = -WARN_EVERY_S
 
     async def step(self, ep: Episode, action_text: str) -> StepOutcome:
         """Append the action; search when it asks for one, otherwise end the episode."""
@@ -118,6 +126,7 @@ class SearchEnvironment:
                 costs = [0.0] * len(searching)
                 unrouted = [0] * len(searching)
                 failed = True
+                self._report_failure(e, len(searching))
             elapsed = time.perf_counter() - t0
             rows = zip(searching, texts, split, costs, unrouted, strict=True)
             for n, (i, docs, qs, cost, unknown) in enumerate(rows):
@@ -134,6 +143,24 @@ class SearchEnvironment:
                     ep.gold_hits += self._new_evidence(ep, qs, grouped[n])
                 outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1])
         return [o for o in outcomes if o is not None]
+
+    def _report_failure(self, error: SearchError, episodes: int) -> None:
+        """A warning naming the failure and how many searches failed since the last one (at most one per
+        WARN_EVERY_S): training on "search failed" blocks must never go unnoticed."""
+        self.failed_searches += episodes
+        self._unreported += episodes
+        now = time.monotonic()
+        if now - self._warned_at < WARN_EVERY_S:
+            return
+        log.warning(
+            "%d searches failed (%d since the environment started); their episodes go on with a 'search failed' "
+            "documents block, counted in extra_logs' search_errors. Last error: %s",
+            self._unreported,
+            self.failed_searches,
+            error,
+        )
+        self._unreported = 0
+        self._warned_at = now
 
     @staticmethod
     def _new_evidence(ep: Episode, queries: list[str], results: list[list[Passage]]) -> bool:

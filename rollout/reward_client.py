@@ -8,6 +8,7 @@ that cannot be sent at all (a NaN label) fails at once, naming the field: no ser
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,9 +70,12 @@ class RewardClient:
         self, query: str, prompt: str, label: Any, metadata: Mapping[str, Any] | None = None
     ) -> RewardResult:
         body = {"query": [query], "prompts": [prompt], "labels": [label], "metadata": [dict(metadata or {})]}
+        # One key per sample, the same on every retry: the server scores and logs the sample once, even when
+        # an answer was lost to a restart (reward_server/idempotency.py).
+        key = {"Idempotency-Key": uuid.uuid4().hex}
         try:
             return await self._http.call_json(
-                "POST", lambda: f"{next(self._next)}/get_reward", body, parse=_parse, retry=self._retry
+                "POST", lambda: f"{next(self._next)}/get_reward", body, parse=_parse, retry=self._retry, headers=key
             )
         except RequestEncodingError as e:
             raise RewardRequestError(f"the reward request cannot be sent: {e}") from None

@@ -39,7 +39,9 @@ class _Slice:
 class MicroBatcher:
     """One worker forms batches of at most `max_batch` queries and runs them one after another.
 
-    A batch waits at most `max_wait_s` for more requests, then takes a fair share of every waiting
+    A batch waits for more requests only while fewer are waiting than the last batch served (in a
+    closed loop those callers come back as soon as they are answered), and at most `max_wait_s`: a
+    lone caller never waits, many callers still share one call. It then takes a fair share of every waiting
     request: a request of a thousand queries is served `max_batch` at a time alongside the others
     instead of ahead of them, so one large request cannot starve small ones. A batch also holds at
     most `max_batch_chars` characters of queries (at least one query), which bounds the encoder's
@@ -58,6 +60,7 @@ class MicroBatcher:
         self._waiting: deque[_Pending] = deque()
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
+        self._last_callers = 1
         self.batches = 0
         self.batched_queries = 0
         self.retried_alone = 0
@@ -82,15 +85,21 @@ class MicroBatcher:
         self._arrived.set()
         return await future
 
-    def _queued(self) -> int:
-        return sum(len(p.queries) - p.handed for p in self._waiting if not p.future.done())
+    def _queued(self) -> tuple[int, int]:
+        """(requests, queries) waiting to be served."""
+        active = [p for p in self._waiting if not p.future.done()]
+        return len(active), sum(len(p.queries) - p.handed for p in active)
+
+    def _full(self) -> bool:
+        requests, queries = self._queued()
+        return requests >= self._last_callers or queries >= self.max_batch
 
     async def _wait_for_batch(self) -> None:
         while not self._waiting:
             self._arrived.clear()
             await self._arrived.wait()
         deadline = asyncio.get_running_loop().time() + self.max_wait_s
-        while self._queued() < self.max_batch:
+        while not self._full():
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 break
@@ -119,6 +128,7 @@ class MicroBatcher:
                     slices.append(_Slice(request, start, stop))
                     request.handed = stop
         self._waiting.extend(p for p in active if p.handed < len(p.queries))
+        self._last_callers = max(1, len({id(s.request) for s in slices}))
         return slices
 
     async def _run(self) -> None:

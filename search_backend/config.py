@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 
 from search_backend.base import SearchBackend
 from search_backend.bm25 import BM25Backend
-from search_backend.http_client import HttpSearchBackend
+from search_backend.http_client import DEFAULT_DEADLINE_S, HttpSearchBackend
 from search_backend.hybrid import HybridBackend
 from search_backend.index_settings import IndexSettings
 from search_backend.local_faiss import LocalFaissBackend
@@ -20,7 +20,14 @@ class SearchConfig(IndexSettings):
     backend: Literal["local", "bm25", "hybrid", "http", "web"] = "http"
     urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8002"])
     timeout_s: float = Field(default=30.0, gt=0)
-    retries: int = Field(default=3, ge=0)
+    retries: int | None = Field(
+        default=None, ge=0, description="at most this many extra tries (null: as many as deadline_s allows)"
+    )
+    deadline_s: float = Field(
+        default=DEFAULT_DEADLINE_S,
+        gt=0,
+        description="how long one search keeps retrying, waits included: it must outlast a server restart",
+    )
     backoff_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=8.0, ge=0)
     token_env: str = "SEARCHRL_SEARCH_TOKEN"

@@ -18,6 +18,12 @@ from searchrl.http_transport import (
 if TYPE_CHECKING:
     from search_backend.config import SearchConfig
 
+# As long as the reward client's: the deadline counts the wait for one of the client's slots, which at a rollout
+# batch's load is the server's whole backlog. 120 s lost 184 of 3,000 searches to a 59 s restart on a 2-core
+# machine slowed to 12 searches/s by other jobs (benchmarks/load.py --restart); training on "search failed"
+# blocks is worse than waiting, and a server gone for good still shows within five minutes.
+DEFAULT_DEADLINE_S = 300.0
+
 
 def _results(body: Any) -> list:
     results = body["results"]
@@ -29,26 +35,35 @@ def _results(body: Any) -> list:
 class HttpSearchBackend:
     """At most `max_connections` searches in flight; the others wait their turn without their `timeout_s`
     running. 401/403 raise SearchAuthError and other 4xx SearchError at once; 5xx, 429 and connection
-    trouble are retried `retries` times (Retry-After honoured), each try on the next server."""
+    trouble are retried with jittered backoff (Retry-After honoured), each try on the next server, until
+    `deadline_s` after the call began (waits included), or after `retries` extra tries when that is set.
+
+    A deadline rather than a count of tries: a restarted retrieval server is down for the encoder's load
+    (10-13 s measured with MiniLM on 2 cores; longer for a large model), far past what a few quick tries cover.
+    """
 
     def __init__(
         self,
         urls: str | list[str],
         timeout_s: float = 30.0,
-        retries: int = 3,
+        retries: int | None = None,
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         token: str | None = None,
         max_connections: int = 256,
+        deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> None:
         self.urls = [u.strip().rstrip("/") for u in (urls.split(",") if isinstance(urls, str) else urls) if u.strip()]
         if not self.urls:
             raise ValueError("urls: at least one retrieval server URL is required")
         self.retries = retries
+        self.deadline_s = deadline_s
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._next = itertools.cycle(self.urls)
-        self._retry = RetryPolicy(retries=retries, backoff_s=backoff_s, backoff_max_s=backoff_max_s)
+        self._retry = RetryPolicy(
+            retries=retries, deadline_s=deadline_s, backoff_s=backoff_s, backoff_max_s=backoff_max_s
+        )
         headers = {"Authorization": f"Bearer {token}"} if token else None
         # One pooled session for the backend's lifetime: a session per call would pay a TCP handshake each time.
         self._http = HttpSession(timeout_s=timeout_s, max_in_flight=max_connections, headers=headers)
@@ -59,6 +74,7 @@ class HttpSearchBackend:
             config.urls,
             timeout_s=config.timeout_s,
             retries=config.retries,
+            deadline_s=config.deadline_s,
             backoff_s=config.backoff_s,
             backoff_max_s=config.backoff_max_s,
             token=os.environ.get(config.token_env),
@@ -82,7 +98,9 @@ class HttpSearchBackend:
                 ) from None
             raise SearchError(f"{exc.url} refused the request: HTTP {exc.status}: {exc.text[:500]}") from None
         except RetryableError as exc:
-            raise SearchError(f"search failed after {exc.tries} tries: {exc}") from None
+            raise SearchError(
+                f"search failed after {exc.tries} tries within the {self.deadline_s:g} s deadline: {exc}"
+            ) from None
         try:
             return [
                 [Passage(str(p["id"]), p["title"], p["text"], float(p["score"])) for p in hits] for hits in results

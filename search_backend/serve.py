@@ -1,4 +1,5 @@
-"""Retrieval HTTP server: POST /search, R1-Searcher's POST /queries, Search-R1's POST /retrieve, GET /health."""
+"""Retrieval HTTP server: POST /search, R1-Searcher's POST /queries, Search-R1's POST /retrieve, GET /health,
+POST /admin/reload (load an index rebuilt in place; SIGHUP does the same)."""
 
 from __future__ import annotations
 
@@ -6,27 +7,34 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictStr
 
 from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
 from search_backend.batching import MicroBatcher
 from search_backend.cache import ResultCache
 from search_backend.hybrid import HybridConfig
+from search_backend.index_reload import IndexWatch, ReloadError, reload_on_sighup
 from search_backend.index_settings import IndexSettings
 from searchrl.server import (
+    BODY_ERRORS,
+    ErrorBody,
     Limits,
     RequestError,
+    WholeNumber,
+    error_response,
     guard,
     is_authorized,
     parse_body,
     release_freed_memory,
     server_token,
+    shown,
     uvicorn_options,
 )
 
@@ -51,25 +59,72 @@ class ServerConfig(IndexSettings):
     max_results: int = Field(default=10_000, ge=1, description="queries x top_k in one request (answer size)")
     max_body_bytes: int = Field(default=1 << 20, ge=1)
     token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
-    threads: int | None = Field(default=None, ge=1, description="torch and FAISS CPU threads (default: theirs)")
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="torch and FAISS CPU threads (the command's default on CPU: one fewer than the cores, at least 1)",
+    )
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="host names answered without a token besides loopback and IPs (*: any)"
+    )
 
 
 class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     queries: list[StrictStr]
-    top_k: StrictInt = 3
+    top_k: WholeNumber = 3
 
 
 class R1Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     queries: list[StrictStr]
-    k: StrictInt = 3
+    k: WholeNumber = 3
 
 
 class RetrieveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     queries: list[StrictStr]
-    topk: StrictInt = 3
+    topk: WholeNumber = 3
     return_scores: StrictBool = False
+
+
+class ReloadRequest(BaseModel):
+    """`{}`: the body only carries the content type that keeps a cross-site form from posting here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PassageOut(BaseModel):
+    id: str
+    title: str
+    text: str
+    score: float
+
+
+class SearchResponse(BaseModel):
+    results: list[list[PassageOut]] = Field(description="per query, in order: its top_k passages, best first")
+
+
+class R1Response(BaseModel):
+    queries: list[str]
+    answers: list[list[str]] = Field(description="per query: its passages as R1-Searcher's `title text` strings")
+
+
+class SearchR1Document(BaseModel):
+    id: str
+    contents: str = Field(description="the quoted title, a newline, the text")
+
+
+class ScoredDocument(BaseModel):
+    document: SearchR1Document
+    score: float
+
+
+class RetrieveResponse(BaseModel):
+    result: list[list[SearchR1Document]] | list[list[ScoredDocument]] = Field(
+        description="per query: its documents, with their scores when return_scores is true"
+    )
 
 
 def format_r1(passage: Passage) -> str:
@@ -104,6 +159,14 @@ class SearchService:
             if sum(map(len, queries)) >= RELEASE_AFTER_CHARS:
                 release_freed_memory()
 
+    def swap(self, backend: SearchBackend) -> str:
+        """Serve `backend` from now on (a reloaded index); returns the previous version. Cached results are
+        keyed by version, so none of the old index's is served again."""
+        previous, self.backend = self.version, backend
+        self.version = getattr(backend, "version", "")
+        self.cache = ResultCache(self.config.cache_size)
+        return previous
+
     def validate(self, queries: list[str], top_k: int, queries_field: str, k_field: str) -> None:
         if not queries:
             raise RequestError(queries_field, "must hold at least one query")
@@ -125,7 +188,7 @@ class SearchService:
                     f"{queries_field}.{i}", "not valid Unicode (a lone surrogate); send UTF-8 text"
                 ) from None
         if not 1 <= top_k <= self.config.max_top_k:
-            raise RequestError(k_field, f"must be between 1 and {self.config.max_top_k}, got {top_k}")
+            raise RequestError(k_field, f"must be between 1 and {self.config.max_top_k}, got {shown(top_k)}")
         if len(queries) * top_k > self.config.max_results:
             raise RequestError(
                 queries_field,
@@ -157,8 +220,33 @@ class SearchService:
         }
 
 
-def _schema(model: type[BaseModel]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+HEALTH_ERRORS = {403: BODY_ERRORS[403]}
+RELOAD_ERRORS = {
+    **BODY_ERRORS,
+    409: {"model": ErrorBody, "description": "the index directory cannot be loaded now; the old index stays served"},
+}
+
+
+# A character Python's str.strip() keeps (an ECMA pattern: ECMA's \s lacks \x1c-\x1f and \x85, which Python strips).
+NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
+
+
+def _schema(model: type[BaseModel], config: ServerConfig, k_field: str) -> dict[str, Any]:
+    """The request body's OpenAPI schema with the limits the server checks itself (they come from its config);
+    the one limit a schema cannot say is queries x k <= max_results."""
+    schema = model.model_json_schema()
+    props = schema["properties"]
+    props["queries"].update(
+        minItems=1,
+        maxItems=config.max_queries,
+        items={"type": "string", "minLength": 1, "maxLength": config.max_query_chars, "pattern": NOT_BLANK},
+    )
+    props[k_field].update(minimum=1, maximum=config.max_top_k)
+    return _body_schema(schema)
+
+
+def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 async def json_answer(content: dict[str, Any], results: int) -> Response:
@@ -166,6 +254,13 @@ async def json_answer(content: dict[str, Any], results: int) -> Response:
     if results > LARGE_ANSWER:
         return Response(await asyncio.to_thread(json.dumps, content), media_type="application/json")
     return Response(json.dumps(content), media_type="application/json")
+
+
+def default_threads() -> int:
+    """One fewer than the cores this process may run on, at least one. The event loop needs a core of its own:
+    when the encoder's thread pool takes every core, each of its parallel steps waits for a thread the event
+    loop (or any other process) preempted, and on 2 cores that made encoding 2-10x slower (docs/SEARCH.md)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
 
 
 def set_cpu_threads(threads: int) -> None:
@@ -182,43 +277,79 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     """The server app; its lifespan opens the local index (unless a backend is given) and the batcher."""
     token = server_token(config.token, TOKEN_ENV)
 
+    def open_index() -> SearchBackend:
+        from search_backend.config import SearchConfig, open_backend
+
+        return open_backend(SearchConfig(backend=config.backend, **config.index_settings()))
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = backend is None
         if config.threads:
             set_cpu_threads(config.threads)
         active = backend
+        watch = None
         if active is None:
-            from search_backend.config import SearchConfig, open_backend
-
             if config.index_dir is None:
                 raise ValueError("index_dir: required when no backend is given")
-            search = SearchConfig(backend=config.backend, **config.index_settings())
-            active = await asyncio.to_thread(open_backend, search)
+            watch = IndexWatch(config.index_dir)
+            active = await asyncio.to_thread(open_index)
         service = SearchService(active, config)
         if service.batcher:
             service.batcher.start()
         app.state.service = service
+        app.state.watch = watch
+        unlisten = reload_on_sighup(lambda: reload(app)) if watch else None
         try:
             yield
         finally:
+            if unlisten:
+                unlisten()
             if service.batcher:
                 await service.batcher.stop()
             if owned:
-                await active.aclose()
+                await service.backend.aclose()
+
+    async def reload(app: FastAPI) -> dict:
+        if app.state.watch is None:
+            raise ReloadError("this server was given its backend, not an index directory; there is nothing to reload")
+        return await app.state.watch.reload(open_index, app.state.service.swap)
 
     app = FastAPI(title="searchrl retrieval server", lifespan=lifespan)
     # Token, content type and body size are checked before the body is read (searchrl/server.py).
-    guard(app, max_bytes=config.max_body_bytes, token=token, body_timeout_s=config.limits.body_timeout_s)
+    guard(
+        app,
+        max_bytes=config.max_body_bytes,
+        token=token,
+        body_timeout_s=config.limits.body_timeout_s,
+        allowed_hosts=config.allowed_hosts,
+    )
 
-    @app.get("/health")
+    @app.get("/health", responses=HEALTH_ERRORS)
     async def health(request: Request) -> dict:
         # Open for liveness checks; the manifest (corpus path, checksum) only with the token.
         if not is_authorized(request.scope):
             return {"status": "ok"}
-        return request.app.state.service.health()
+        answer = request.app.state.service.health()
+        if request.app.state.watch is not None:
+            answer["index_on_disk"] = request.app.state.watch.state()
+        return answer
 
-    @app.post("/search", openapi_extra=_schema(SearchRequest))
+    @app.post("/admin/reload", responses=RELOAD_ERRORS, openapi_extra=_body_schema(ReloadRequest.model_json_schema()))
+    async def admin_reload(request: Request) -> Response:
+        parse_body(await request.body(), ReloadRequest)
+        try:
+            answer = await reload(request.app)
+        except ReloadError as exc:
+            return error_response(409, "index_dir", str(exc))
+        return await json_answer(answer, 0)
+
+    @app.post(
+        "/search",
+        openapi_extra=_schema(SearchRequest, config, "top_k"),
+        response_model=SearchResponse,
+        responses=BODY_ERRORS,
+    )
     async def search(request: Request) -> Response:
         body = parse_body(await request.body(), SearchRequest)
         service: SearchService = request.app.state.service
@@ -228,7 +359,9 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
             {"results": [[p.to_dict() for p in hits] for hits in results]}, len(results) * body.top_k
         )
 
-    @app.post("/queries", openapi_extra=_schema(R1Request))
+    @app.post(
+        "/queries", openapi_extra=_schema(R1Request, config, "k"), response_model=R1Response, responses=BODY_ERRORS
+    )
     async def r1_queries(request: Request) -> Response:
         body = parse_body(await request.body(), R1Request)
         service: SearchService = request.app.state.service
@@ -237,7 +370,12 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         answers = [[format_r1(p) for p in hits] for hits in results]
         return await json_answer({"queries": body.queries, "answers": answers}, len(results) * body.k)
 
-    @app.post("/retrieve", openapi_extra=_schema(RetrieveRequest))
+    @app.post(
+        "/retrieve",
+        openapi_extra=_schema(RetrieveRequest, config, "topk"),
+        response_model=RetrieveResponse,
+        responses=BODY_ERRORS,
+    )
     async def retrieve(request: Request) -> Response:
         body = parse_body(await request.body(), RetrieveRequest)
         service: SearchService = request.app.state.service
@@ -322,6 +460,11 @@ def parser() -> argparse.ArgumentParser:
         help="open connections or requests in flight before 503s",
     )
     p.add_argument("--threads", type=int, default=_default("threads"), help=_help("threads"))
+    p.add_argument(
+        "--allowed-hosts",
+        default="",
+        help="without a token, Host names answered besides loopback names and IP addresses (comma-separated; *: any)",
+    )
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -347,10 +490,12 @@ def main(argv: list[str] | None = None) -> int:
         max_top_k=args.max_top_k,
         max_queries=args.max_queries,
         max_body_bytes=args.max_body_bytes,
-        threads=args.threads,
+        # The process-wide thread pools are the command's to size; create_app in a host process leaves them alone.
+        threads=args.threads or (default_threads() if args.device == "cpu" else None),
         max_query_chars=args.max_query_chars,
         max_results=args.max_results,
         max_batch_chars=args.max_batch_chars,
+        allowed_hosts=[h.strip() for h in f"{args.allowed_hosts},{args.host}".split(",") if h.strip()],
         limits=Limits(
             header_timeout_s=args.header_timeout,
             body_timeout_s=args.body_timeout,

@@ -119,7 +119,8 @@ def backoff_wait(n: int, policy: RetryPolicy, retry_after_s: float | None) -> fl
 
 async def with_retries(attempt: Callable[[], Awaitable[T]], policy: RetryPolicy | None = None, **options: Any) -> T:
     """Run `attempt` until it returns, raises anything but RetryableError, or the policy is spent; then re-raise
-    the last RetryableError, its `tries` set. With a deadline, a try still running at the deadline is cancelled.
+    the last RetryableError, its `tries` set. With a deadline, tries go on until it (the last one at least
+    `backoff_s` before it), and a try still running at the deadline is cancelled.
 
     The policy comes as a RetryPolicy or as its fields by keyword (`retries=2, backoff_s=0.1`)."""
     policy = policy or RetryPolicy(**options)
@@ -141,8 +142,13 @@ async def with_retries(attempt: Callable[[], Awaitable[T]], policy: RetryPolicy 
         if policy.retries is not None and n > policy.retries:
             raise last
         wait = backoff_wait(n - 1, policy, last.retry_after_s)
-        if policy.deadline_s is not None and time.monotonic() - start + wait >= policy.deadline_s:
-            raise last
+        if policy.deadline_s is not None:
+            left = policy.deadline_s - (time.monotonic() - start)
+            if left <= policy.backoff_s:
+                raise last
+            # A backoff that would pass the deadline is cut short for one last try before it: giving up a
+            # whole backoff early (up to backoff_max_s) would lose a search whose server is back in time.
+            wait = min(wait, left - policy.backoff_s)
         await asyncio.sleep(wait)
 
 

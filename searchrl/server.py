@@ -12,22 +12,30 @@ import asyncio
 import ctypes
 import functools
 import hmac
+import json
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import jiter
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, StrictInt, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from searchrl.host_check import allowed_host
 
 AUTHORIZED = "searchrl.authorized"
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _DUPLICATE = re.compile(r'Detected duplicate key "(.*)" at line')
+MAX_FIELD_DEPTH = 8
+_POSITION = re.compile(r"at line (\d+) column (\d+)$")
+# A JSON string (closed or cut off where the scan stops), a structural character, or a run of anything else.
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*("?)|[{}\[\],:]|[^"{}\[\],:]+', re.S)
 
 
 @dataclass(frozen=True)
@@ -69,12 +77,16 @@ def server_token(explicit: SecretStr | str | None, env: str) -> str | None:
 class RequestGuard:
     """Everything checked before the app sees a request, in this order:
 
-    1. the bearer token, from the headers, so an unauthenticated client never gets its body read
+    1. without a token, the `Host` header (searchrl/host_check.py): 403 for a name that is neither loopback,
+       an IP address nor in `allowed_hosts`, so a page in a browser cannot reach us by DNS rebinding;
+    2. the bearer token, from the headers, so an unauthenticated client never gets its body read
        (`open_paths` answer without it; the app sees `is_authorized(scope)` and shows only a liveness answer);
-    2. `Content-Type: application/json` on requests with a body, so a web page cannot post a form or
+    3. `Content-Type: application/json` on requests with a body, so a web page cannot post a form or
        text/plain body cross-site without a CORS preflight;
-    3. the body: 413 over `max_bytes` (declared or streamed), 408 when it takes over `body_timeout_s`.
-    The body is handed to the app as one message.
+    4. the body: 413 over `max_bytes` (declared or streamed), 408 when it takes over `body_timeout_s`; both
+       close the connection, whose unread rest would otherwise be taken for the next request.
+    Steps 3 and 4 apply only to the routes that take a body (`routes`, the app's router): a PUT to /health
+    gets the app's 405. The body is handed to the app as one message.
     """
 
     def __init__(
@@ -85,24 +97,49 @@ class RequestGuard:
         token: SecretStr | str | None = None,
         open_paths: Iterable[str] = ("/health",),
         body_timeout_s: float = 30.0,
+        allowed_hosts: Iterable[str] = (),
+        routes: Any = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.token = secret_value(token)
         self.open_paths = frozenset(open_paths)
         self.body_timeout_s = body_timeout_s
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.routes = routes
+        self._body_routes: frozenset[tuple[str, str]] | None = None
+
+    def _takes_body(self, method: str, path: str) -> bool:
+        if self.routes is None:
+            return True
+        if self._body_routes is None:
+            # Read on first use: routes are declared after the middleware is added.
+            self._body_routes = frozenset(
+                (m, route.path)
+                for route in self.routes.routes
+                for m in getattr(route, "methods", None) or ()
+                if m in _BODY_METHODS
+            )
+        return (method, path) in self._body_routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = scope.get("headers") or []
+        if self.token is None:
+            host = next((value for name, value in headers if name == b"host"), None)
+            if not allowed_host(host, self.allowed_hosts):
+                shown = (host or b"").decode("latin-1")[:100]
+                message = f"{shown} is not an allowed host; without a token only loopback names and IP addresses are"
+                await _reply(send, 403, "Host", f"{message} (allow a name with --allowed-hosts, or set a token)")
+                return
         authorized = self.token is None or token_matches(headers, self.token)
         scope[AUTHORIZED] = authorized
         if not authorized and scope["path"] not in self.open_paths:
             await _reply(send, 401, "Authorization", "missing or wrong bearer token (Authorization: Bearer <token>)")
             return
-        if scope["method"] not in _BODY_METHODS:
+        if scope["method"] not in _BODY_METHODS or not self._takes_body(scope["method"], scope["path"]):
             await self.app(scope, receive, send)
             return
         content_type = next((value for name, value in headers if name == b"content-type"), b"")
@@ -118,7 +155,7 @@ class RequestGuard:
             async with asyncio.timeout(self.body_timeout_s):
                 body = await self._read_body(receive, send)
         except TimeoutError:
-            await _reply(send, 408, "body", f"not received within {self.body_timeout_s:g}s")
+            await _reply(send, 408, "body", f"not received within {self.body_timeout_s:g}s", close=True)
             return
         if body is None:
             return
@@ -151,16 +188,42 @@ class RequestGuard:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _too_large(self, send: Send, size: int) -> None:
-        await _reply(send, 413, "body", f"{size} bytes is over the {self.max_bytes}-byte limit")
+        await _reply(send, 413, "body", f"{size} bytes is over the {self.max_bytes}-byte limit", close=True)
 
 
-def error_response(status: int, field: str, message: str) -> JSONResponse:
+class ErrorBody(BaseModel):
+    """Every 4xx of both servers."""
+
+    detail: str = Field(description="`<field>: <what is wrong and how to fix it>`")
+    field: str = Field(description="the request field at fault (`body`, a header name, or a dotted path)")
+
+
+_ERRORS = {
+    401: "missing or wrong bearer token (only when the server has one)",
+    403: "without a token: a Host header that is not a loopback name or an IP address (DNS rebinding)",
+    408: "the body did not arrive within the deadline (the connection is closed)",
+    413: "the body is over the size limit (the connection is closed)",
+    415: "the body is not `Content-Type: application/json`",
+    422: "not strict JSON, a field of the wrong type or value, or lists that disagree; `field` names it",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for the errors a route can answer, all with the ErrorBody."""
+    return {status: {"model": ErrorBody, "description": _ERRORS[status]} for status in statuses}
+
+
+BODY_ERRORS = error_responses(401, 403, 408, 413, 415, 422)
+
+
+def error_response(status: int, field: str, message: str, close: bool = False) -> JSONResponse:
     """The one error body of both servers: the field at fault and what is wrong with it."""
-    return JSONResponse(status_code=status, content={"detail": f"{field}: {message}", "field": field})
+    headers = {"Connection": "close"} if close else None
+    return JSONResponse(status_code=status, content={"detail": f"{field}: {message}", "field": field}, headers=headers)
 
 
-async def _reply(send: Send, status: int, field: str, message: str) -> None:
-    await error_response(status, field, message)({"type": "http"}, _no_receive, send)
+async def _reply(send: Send, status: int, field: str, message: str, close: bool = False) -> None:
+    await error_response(status, field, message, close)({"type": "http"}, _no_receive, send)
 
 
 async def _no_receive() -> Message:
@@ -189,8 +252,68 @@ def parse_json(body: bytes) -> Any:
         text = str(e)
         if (duplicate := _DUPLICATE.match(text)) is not None:
             raise RequestError(duplicate.group(1), "appears twice in one object; send each key once") from None
-        raise RequestError("body", f"not valid JSON: {text}") from None
+        # A body cut short is the body's fault, not the last field's.
+        where = None if text.startswith("EOF") else _POSITION.search(text)
+        field = "body" if where is None else field_at(body, int(where.group(1)), int(where.group(2)))
+        raise RequestError(field, f"not valid JSON: {text}") from None
 
+
+def _key_text(token: bytes) -> str:
+    try:
+        return str(json.loads(token))
+    except ValueError:
+        return token[1:-1].decode("utf-8", errors="replace")
+
+
+def shown(value: Any) -> str:
+    """A value as an error message may echo it: short. Python prints integers of up to 4,300 digits."""
+    if type(value) is int:
+        return str(value) if abs(value) < 10**15 else "a number too large"
+    return repr(value)[:40] if isinstance(value, str | float) else f"a {type(value).__name__}"
+
+
+def field_at(body: bytes, line: int, column: int) -> str:
+    """The dotted path (`metadata.0.num_searches`) of the value at `line`:`column` (1-based, in bytes, as
+    jiter reports an error), `body` at the top level: so a NaN or a lone surrogate names its field."""
+    start = 0
+    for _ in range(line - 1):
+        start = body.find(b"\n", start) + 1
+        if start == 0:
+            return "body"
+    stack: list[list[Any]] = []  # [is_object, key or index, expecting a key]
+    for match in _TOKEN.finditer(body, 0, start + column - 1):
+        token = match.group()
+        first = token[:1]
+        if first == b'"':
+            if stack and stack[-1][0] and stack[-1][2]:
+                if not match.group(1):
+                    break  # the error is inside this key
+                stack[-1][1] = _key_text(token)
+                stack[-1][2] = False
+        elif first == b"{":
+            stack.append([True, None, True])
+        elif first == b"[":
+            stack.append([False, 0, False])
+        elif first in (b"}", b"]"):
+            if stack:
+                stack.pop()
+        elif first == b"," and stack:
+            if stack[-1][0]:
+                stack[-1][1:] = [None, True]
+            else:
+                stack[-1][1] += 1
+    path = [str(frame[1]) for frame in stack if frame[1] is not None]
+    # A body nested hundreds deep (refused as such) is named by where the nesting starts.
+    return ".".join(path[:MAX_FIELD_DEPTH]) or "body"
+
+
+def _whole(value: Any) -> Any:
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+# An integer field that also takes 3.0: JSON Schema's "integer" (what the OpenAPI schemas publish) includes it.
+# Strings and booleans stay refused.
+WholeNumber = Annotated[StrictInt, BeforeValidator(_whole)]
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -204,13 +327,36 @@ def parse_body(body: bytes, model: type[Body]) -> Body:
         raise RequestError(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from None
 
 
-def guard(app: FastAPI, *, max_bytes: int, token: str | None, body_timeout_s: float) -> None:
+def guard(
+    app: FastAPI, *, max_bytes: int, token: str | None, body_timeout_s: float, allowed_hosts: Iterable[str] = ()
+) -> None:
     """Put the RequestGuard in front of `app` and answer every RequestError with 422 and the error body."""
-    app.add_middleware(RequestGuard, max_bytes=max_bytes, token=token, body_timeout_s=body_timeout_s)
+    app.add_middleware(
+        RequestGuard,
+        max_bytes=max_bytes,
+        token=token,
+        body_timeout_s=body_timeout_s,
+        allowed_hosts=allowed_hosts,
+        routes=app.router,
+    )
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, exc: RequestError) -> JSONResponse:
         return error_response(422, exc.field, exc.message)
+
+    # The framework's own 404 and 405 get the one error body too, so every 4xx names what is wrong.
+    @app.exception_handler(StarletteHTTPException)
+    async def _not_routed(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            field, message = "path", f"{request.url.path} is not an endpoint of this server (see /docs)"
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            field, message = "method", f"{request.method} is not allowed on {request.url.path}; use {allowed}"
+        else:
+            field, message = "request", str(exc.detail)
+        response = error_response(exc.status_code, field, message)
+        response.headers.update(exc.headers or {})
+        return response
 
 
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)

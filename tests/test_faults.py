@@ -2,6 +2,7 @@
 come back unchanged, and nothing waits past its deadline."""
 
 import asyncio
+import logging
 
 import pytest
 
@@ -33,7 +34,10 @@ class KillingEngine:
         return [Completion(text, "stop") for _ in prompts]
 
 
-def test_retrieval_server_killed_and_restarted_mid_batch(mini_index, tmp_path):
+def test_retrieval_server_killed_and_restarted_mid_batch(mini_index, tmp_path, caplog):
+    """A client allowed one retry (so the searches of turn 2 fail): the episodes go on, each failure is counted
+    in search_errors and shown as a failed search, and the run says so in a warning, never silently."""
+    caplog.set_level(logging.WARNING, logger="rollout.environment")
     port = free_port()
     args = ["--index", str(mini_index), "--threads", "1"]
     procs = [start_module("search_backend.serve", args, port, tmp_path / "search.log", 180)]
@@ -67,6 +71,8 @@ def test_retrieval_server_killed_and_restarted_mid_batch(mini_index, tmp_path):
         assert ep.num_searches == 3 and ep.search_errors == 1  # turn 2 hit the dead server, turns 1 and 3 did not
         blocks = ep.solution.split("<|begin_of_documents|>\n(1)")[1:]
         assert "The search failed" in blocks[1] and "The search failed" not in blocks[0] + blocks[2]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rollout.environment"]
+    assert len(warnings) == 1 and warnings[0].startswith("12 searches failed") and "search_errors" in warnings[0]
 
 
 def test_reward_server_killed_and_restarted(tmp_path):
@@ -182,20 +188,15 @@ async def _burst(call, total: int, concurrency: int = 1000) -> list:
 
 def test_reward_server_killed_and_restarted_mid_burst_at_concurrency_1000(tmp_path):
     """2,000 episodes' rewards through the agent's client, 1,000 in flight; the server is killed once 400
-    are answered and restarted a second later: every reward arrives, equal to the in-process one, and every
-    sample the two servers scored more than once got the same reward each time."""
+    are answered and restarted a second later on the same score log: every reward arrives, equal to the
+    in-process one, and the log holds each sample exactly once (before issue 23: 14-34 in 20,000 twice)."""
     import json
 
     port = free_port()
-    # One score log per server process: the killed one may leave a torn last line, which must not run into
-    # the first line of its successor.
-    logs = [tmp_path / "scored-1.jsonl", tmp_path / "scored-2.jsonl"]
-
-    def args(n: int) -> list[str]:
-        return ["--preset", "r1searcher-qwen-stage2", "--log-jsonl", str(logs[n])]
-
+    log = tmp_path / "scored.jsonl"
+    args = ["--preset", "r1searcher-qwen-stage2", "--log-jsonl", str(log)]
     samples, expected = _reward_samples(2000)
-    procs = [start_module("reward_server", args(0), port, tmp_path / "reward.log")]
+    procs = [start_module("reward_server", args, port, tmp_path / "reward.log")]
 
     async def run():
         client = RewardClient(f"http://127.0.0.1:{port}", deadline_s=120)
@@ -214,9 +215,7 @@ def test_reward_server_killed_and_restarted_mid_burst_at_concurrency_1000(tmp_pa
             await asyncio.to_thread(procs[-1].wait)
             at = answered
             await asyncio.sleep(1.0)
-            procs.append(
-                await asyncio.to_thread(start_module, "reward_server", args(1), port, tmp_path / "reward.log")
-            )
+            procs.append(await asyncio.to_thread(start_module, "reward_server", args, port, tmp_path / "reward.log"))
             return at
 
         try:
@@ -234,18 +233,17 @@ def test_reward_server_killed_and_restarted_mid_burst_at_concurrency_1000(tmp_pa
     assert killed_at < len(samples)  # the kill landed mid-burst
     assert [i for i, r in enumerate(results) if isinstance(r, Exception)] == []
     assert [(r.reward, r.score) for r in results] == expected
-    seen: dict[str, set] = {}
-    for n, log in enumerate(logs):
-        lines = log.read_text(encoding="utf-8").split("\n")
-        for i, line in enumerate(lines):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                # Only the killed server's unfinished last write may be torn (its answer was never sent).
-                assert (n, i) == (0, len(lines) - 1) or not line
-                continue
-            seen.setdefault(record["query"], set()).add((record["reward"], record["score"]))
-    assert len(seen) == len(samples) and all(len(v) == 1 for v in seen.values())
+    times: dict[str, int] = {}
+    torn = 0
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            torn += 1  # the killed server's unfinished last write (its answer was never sent)
+            continue
+        times[record["query"]] = times.get(record["query"], 0) + 1
+    assert torn <= 1 and len(times) == len(samples)
+    assert {q: n for q, n in times.items() if n > 1} == {}
 
 
 def test_reward_server_gone_mid_burst_fails_every_waiting_call_within_the_deadline(tmp_path):
@@ -263,16 +261,19 @@ def test_reward_server_gone_mid_burst_fails_every_waiting_call_within_the_deadli
             answered += 1
             return result
 
-        async def kill() -> None:
-            while answered < 300:
+        async def kill(burst: asyncio.Future) -> None:
+            # On a machine slow enough that the 3 s deadlines end most calls first, the burst may finish before
+            # 300 are answered; the kill must not wait for ever then.
+            while answered < 300 and not burst.done():
                 await asyncio.sleep(0.01)
             proc.kill()
 
         try:
-            killer = asyncio.create_task(kill())
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            results = await asyncio.wait_for(_burst(call, len(samples)), timeout=120)
+            burst = asyncio.ensure_future(asyncio.wait_for(_burst(call, len(samples)), timeout=120))
+            killer = asyncio.create_task(kill(burst))
+            results = await burst
             await killer
             return results, loop.time() - t0
         finally:
@@ -319,19 +320,19 @@ def _echo_search_server(port: int):
     return proc
 
 
-def test_retrieval_server_killed_and_restarted_mid_burst_at_concurrency_1000():
-    """2,000 distinct searches through the training client, 1,000 in flight; the server is killed once 300
-    are answered and restarted a second later. Every search is either right or a SearchError (which the
-    environment shows the policy as a failed search); nothing is wrong, nothing hangs, and once the server is
-    back every search is right."""
-    from search_backend.base import SearchError
+def test_retrieval_server_down_5s_mid_burst_at_concurrency_1000_loses_no_search():
+    """2,000 distinct searches through the training client as the stage config makes it, 1,000 in flight; the
+    server is killed once 300 are answered and started again 5 s later (past the 3.5 s that four quick tries
+    used to cover, when 2,065 of 3,000 searches were lost): every search is answered, right, and none waited
+    for the 60 s request timeout."""
+    from search_backend.config import SearchConfig, open_backend
 
     port = free_port()
     queries = [f"distinct question number {i}" for i in range(3000)]
     procs = [_echo_search_server(port)]
 
     async def run():
-        backend = HttpSearchBackend(f"http://127.0.0.1:{port}", timeout_s=60, retries=3, backoff_s=0.5)
+        backend = open_backend(SearchConfig(backend="http", urls=f"http://127.0.0.1:{port}", timeout_s=60))
         answered = 0
 
         async def call(i):
@@ -340,38 +341,59 @@ def test_retrieval_server_killed_and_restarted_mid_burst_at_concurrency_1000():
             answered += 1
             return hits
 
-        async def kill_then_restart() -> int:
+        async def kill_then_restart() -> tuple[int, float]:
             while answered < 300:
                 await asyncio.sleep(0.01)
             procs[-1].kill()
             await asyncio.to_thread(procs[-1].wait)
+            down = loop.time()
             at = answered
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(5.0)
             procs.append(await asyncio.to_thread(_echo_search_server, port))
-            return at
+            return at, loop.time() - down
 
+        loop = asyncio.get_running_loop()
         try:
             killer = asyncio.create_task(kill_then_restart())
-            loop = asyncio.get_running_loop()
             t0 = loop.time()
-            during = await asyncio.wait_for(_burst(call, 2000), timeout=120)
+            during = await asyncio.wait_for(_burst(call, 2000), timeout=150)
             elapsed = loop.time() - t0
-            killed_at = await killer
+            killed_at, outage = await killer
             after = await asyncio.wait_for(_burst(lambda i: call(2000 + i), 1000), timeout=120)
-            return during + after, killed_at, elapsed
+            return during + after, killed_at, outage, elapsed
         finally:
             await backend.aclose()
 
     try:
-        results, killed_at, elapsed = asyncio.run(run())
+        results, killed_at, outage, elapsed = asyncio.run(run())
     finally:
         for p in procs:
             stop(p)
-    assert killed_at < 2000
-    failed = [r for r in results if isinstance(r, Exception)]
-    assert all(isinstance(e, SearchError) and "after 4 tries" in str(e) for e in failed)
-    assert not any(isinstance(r, Exception) for r in results[2000:])
+    assert killed_at < 2000 and outage >= 5.0  # the kill landed mid-burst, and the server stayed down 5 s
+    assert [r for r in results if isinstance(r, Exception)] == []
     for q, r in zip(queries, results, strict=True):
-        if not isinstance(r, Exception):
-            assert [p.id for p in r[0]] == [f"{q}#0", f"{q}#1"]
-    assert elapsed < 60  # a few quick tries each, never a wait for the 60 s request timeout
+        assert [p.id for p in r[0]] == [f"{q}#0", f"{q}#1"]
+    assert elapsed < 60  # retries at short intervals, never a wait for the 60 s request timeout
+
+
+def test_a_search_deadline_rides_out_30_s_and_then_fails_loudly():
+    """The default deadline outlasts a 30 s restart; a server gone for good fails each search at the deadline
+    (here 2 s), not before, with a SearchError naming it."""
+    from search_backend.base import SearchError
+    from search_backend.config import SearchConfig
+
+    assert SearchConfig().deadline_s >= 30 and SearchConfig().retries is None
+
+    async def run():
+        backend = HttpSearchBackend(f"http://127.0.0.1:{free_port()}", deadline_s=2, backoff_s=0.1)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            with pytest.raises(SearchError, match="within the 2 s deadline") as caught:
+                await backend.search(["q"], 3)
+        finally:
+            await backend.aclose()
+        return loop.time() - t0, caught.value
+
+    elapsed, error = asyncio.run(run())
+    assert 1.5 <= elapsed < 10, error  # tries go on until (nearly) the deadline, not a backoff before it

@@ -181,6 +181,26 @@ def test_a_deadline_cuts_a_hanging_request_short():
     assert asyncio.run(run()) < 30
 
 
+def test_a_deadline_gets_a_last_try_instead_of_giving_up_a_backoff_early():
+    """The server says Retry-After 0.7 s and is back 1.6 s after the first try; the deadline is 2 s. The next
+    wait after the third try would pass the deadline: before, the call gave up there (at ~1.5 s), though the
+    server was back in time; now the wait is cut short for a last try before the deadline."""
+
+    async def run():
+        t0 = time.monotonic()
+
+        async def attempt():
+            if time.monotonic() - t0 < 1.6:
+                raise RetryableError("down", retry_after_s=0.7)
+            return "up"
+
+        policy = RetryPolicy(retries=None, deadline_s=2.0, backoff_s=0.2, backoff_max_s=5.0)
+        return await with_retries(attempt, policy), time.monotonic() - t0
+
+    answer, elapsed = asyncio.run(run())
+    assert answer == "up" and elapsed < 2.0
+
+
 def test_with_retries_counts_tries_and_reraises_the_last():
     tries = []
 

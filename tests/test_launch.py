@@ -1,6 +1,7 @@
 """launch/ray_submit.sh --dry-run, launch/start_servers.sh, the stage data preparation, the quickstart."""
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -258,3 +259,97 @@ def test_stage2_waits_for_stage1_to_be_ready(tmp_path):
     launch = json.loads((ROOT / "configs/resolved/stage2_answer.dry-run.json").read_text())
     assert launch["switch"]["ready"] and launch["switch"]["format_ok"] >= 0.8
     assert launch["switch"]["checkpoint_written"] and launch["policy"] == str(final)
+
+
+def _pids(run_dir) -> dict[str, int]:
+    return {name: int((run_dir / f"{name}.pid").read_text()) for name in ("retrieval", "reward")}
+
+
+def test_servers_restart_cleanly_and_say_whose_process_holds_a_port(tmp_path, mini_index):
+    """`searchrl servers start` while its own servers run restarts them every time (it stopped them and tested
+    the port at once: 3 failures in 6); a port still taken is named as our own server's or another process'."""
+    import socket
+
+    from launch.server_process import cmdline
+    from rollout.service import free_port
+
+    run_dir = tmp_path / "servers"
+    search_port, reward_port = free_port(), free_port()
+
+    def start(search: int = search_port, reward: int = reward_port) -> subprocess.CompletedProcess:
+        args = ["--index", str(mini_index), "--search-port", str(search), "--reward-port", str(reward)]
+        return subprocess.run(
+            ["bash", "launch/start_servers.sh", *args, "--run-dir", str(run_dir)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    try:
+        out = start()
+        assert out.returncode == 0, out.stderr
+        for _ in range(2):
+            before = _pids(run_dir)
+            out = start()
+            assert out.returncode == 0, out.stderr
+            assert f"stopped retrieval (pid {before['retrieval']})" in out.stdout
+            after = _pids(run_dir)
+            assert all(cmdline(pid) is None for pid in before.values())  # the old ones exited
+            assert all(cmdline(pid) for pid in after.values()) and set(after.values()).isdisjoint(before.values())
+        # The retrieval server asked onto the port our own reward server holds:
+        reward_pid = _pids(run_dir)["reward"]
+        out = start(search=reward_port)
+        assert out.returncode == 1
+        assert f"held by our own reward server (pid {reward_pid}" in out.stderr, out.stderr
+        # ... and onto a port a process of someone else's listens on:
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            other.listen()
+            out = start(search=other.getsockname()[1])
+        assert out.returncode == 1
+        assert f"in use by another process, not a server this script started (pid {os.getpid()}" in out.stderr
+    finally:
+        subprocess.run(["bash", "launch/start_servers.sh", "stop", "--run-dir", str(run_dir)], cwd=ROOT, timeout=120)
+    assert not (run_dir / "reward.pid").exists()
+
+
+# A stand-in for a server that takes a while to exit after SIGTERM (draining its requests) and holds its port
+# until then; the command line names the retrieval server's module, as start_servers.sh's pid file records.
+SLOW_TO_EXIT = """
+import signal, socket, sys, time
+listener = socket.socket()
+listener.bind(("127.0.0.1", int(sys.argv[1])))
+listener.listen()
+signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), sys.exit(0)))
+print("listening", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_stop_waits_until_the_server_has_exited_and_never_signals_a_stranger(tmp_path):
+    from launch.server_process import cmdline, main, port_owner_message
+    from rollout.service import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_TO_EXIT, str(port), "search_backend.serve"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "listening"
+        (tmp_path / "retrieval.pid").write_text(str(proc.pid))
+        assert port_owner_message("127.0.0.1", port, "reward", tmp_path).startswith(
+            f"127.0.0.1:{port} is held by our own retrieval server (pid {proc.pid}"
+        )
+        assert main(["stop", "retrieval", "--run-dir", str(tmp_path)]) == 0
+        assert cmdline(proc.pid) is None  # returned only once the process had exited ...
+        assert port_owner_message("127.0.0.1", port, "retrieval", tmp_path) is None  # ... and the port is free
+        assert not (tmp_path / "retrieval.pid").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    # A pid file whose pid now belongs to another program (here this test) is left alone, not signalled.
+    (tmp_path / "reward.pid").write_text(str(os.getpid()))
+    assert main(["stop", "reward", "--run-dir", str(tmp_path)]) == 0
+    assert not (tmp_path / "reward.pid").exists()

@@ -69,11 +69,13 @@ def test_verl_parquet_is_read_back_with_datasets(tmp_path, chat_model):
 
     path = tmp_path / "train_nh_qwen.parquet"
     Dataset.from_list(
-        verl_rows([("nq", "who invented the telephone?", ["Alexander Graham Bell"]), ("hotpotqa", "Who?", ["A", "B"])])
+        verl_rows(
+            [("nq", "who invented the telephone?", ["Alexander Graham Bell"]), ("hotpotqa", "Who?", ["Ann", "Bea"])]
+        )
     ).to_parquet(str(path))
     assert original.read_verl_parquet(path) == [
         {"question": "who invented the telephone?", "answer": ["Alexander Graham Bell"], "query_type": "nq"},
-        {"question": "Who?", "answer": ["A", "B"], "query_type": "hotpotqa"},
+        {"question": "Who?", "answer": ["Ann", "Bea"], "query_type": "hotpotqa"},
     ]
     out = tmp_path / "prompts.jsonl"
     done = prepare("--input", str(path), "--out", str(out), "--model", str(chat_model), "--keep-leaked")

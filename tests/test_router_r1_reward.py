@@ -90,7 +90,7 @@ def test_spec_refuses_what_router_r1_would_ignore():
     with pytest.raises(ValueError, match="cost_weight, cost_shape: the cost terms are the routing stage.s"):
         RewardSpec(cost_weight=0.5)
     with pytest.raises(ValueError, match="takes em or f1"):
-        RewardSpec(formula="router_r1", answer_metric="cem")
+        RewardSpec(formula="router_r1", answer_metric="cem", allow_cover_em=True)
 
 
 def original_normalize(costs: list[float]) -> list[float]:

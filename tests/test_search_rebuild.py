@@ -9,6 +9,7 @@ import functools
 import json
 import shutil
 
+import httpx
 import numpy as np
 import pytest
 
@@ -140,3 +141,81 @@ def test_device_lists():
     for bad in ("gpu", "cuda:x", "", "cuda,cuda:1"):
         with pytest.raises(BuildError, match="device"):
             resolve_devices(bad)
+
+
+@functools.cache
+def other_corpus() -> tuple[object, set[str]]:
+    """40 passages none of which is in corpora()'s: a rebuild with them changes every answer."""
+    lines = PASSAGES.read_text(encoding="utf-8").splitlines()[N : 2 * N]
+    path = scratch_dir("searchrl-other-") / "other.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, {json.loads(line)["id"] for line in lines}
+
+
+def served_ids(url: str) -> set[str]:
+    response = httpx.post(f"{url}/search", json={"queries": ["film director", "football club"], "top_k": 3})
+    return {p["id"] for hits in response.json()["results"] for p in hits}
+
+
+# Issue 23 item 6: an index rebuilt under a running server was served from the old corpus while /health named it.
+def test_a_rebuild_under_the_running_server_shows_on_health_and_reloads_without_a_restart(tmp_path):
+    from search_backend.serve import ServerConfig, create_app
+    from tests.conftest import serve
+
+    out = tmp_path / "index"
+    shutil.copytree(clean_build(0), out)
+    first_ids = {json.loads(line)["id"] for line in corpora()[0].read_text(encoding="utf-8").splitlines()}
+    corpus, second_ids = other_corpus()
+    with serve(create_app(ServerConfig(index_dir=out, cache_size=100))) as url:
+        assert served_ids(url) <= first_ids
+        health = httpx.get(f"{url}/health").json()
+        assert health["index_on_disk"] == {"state": "loaded"}
+        old_version = health["index_version"]
+        reload = httpx.post(f"{url}/admin/reload", json={})
+        assert reload.status_code == 200 and reload.json()["reloaded"] is False  # nothing new on disk
+
+        build(corpus, out=out, **kwargs())  # the real builder, into the directory being served
+        on_disk = httpx.get(f"{url}/health").json()["index_on_disk"]
+        assert on_disk["state"] == "changed" and "POST /admin/reload" in on_disk["detail"]
+        assert on_disk["on_disk"]["corpus_sha256"] != on_disk["loaded"]["corpus_sha256"]
+        assert served_ids(url) <= first_ids  # still the old index (and its cached answers) until the reload
+
+        reload = httpx.post(f"{url}/admin/reload", json={})
+        assert reload.status_code == 200 and reload.json()["reloaded"] is True
+        assert reload.json()["previous_version"] == old_version
+        assert served_ids(url) <= second_ids
+        health = httpx.get(f"{url}/health").json()
+        assert health["index_on_disk"] == {"state": "loaded"} and health["index_version"] != old_version
+
+        # A build under way (no manifest yet): /health says so, a reload is refused and the index stays served.
+        (out / "manifest.json").rename(tmp_path / "manifest.json")
+        assert httpx.get(f"{url}/health").json()["index_on_disk"]["state"] == "unfinished"
+        refused = httpx.post(f"{url}/admin/reload", json={})
+        assert refused.status_code == 409 and refused.json()["field"] == "index_dir"
+        assert served_ids(url) <= second_ids
+
+
+def test_sighup_reloads_a_rebuilt_index(tmp_path):
+    import os
+    import signal
+    import time
+
+    from rollout.service import free_port, start_module, stop
+
+    out = tmp_path / "index"
+    shutil.copytree(clean_build(0), out)
+    corpus, second_ids = other_corpus()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_module("search_backend.serve", ["--index", str(out), "--threads", "1"], port, tmp_path / "log", 180)
+    try:
+        build(corpus, out=out, **kwargs())
+        assert httpx.get(f"{url}/health").json()["index_on_disk"]["state"] == "changed"
+        os.kill(proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 120
+        while httpx.get(f"{url}/health").json()["index_on_disk"]["state"] != "loaded":
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        assert served_ids(url) <= second_ids
+    finally:
+        stop(proc)

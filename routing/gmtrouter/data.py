@@ -2,8 +2,9 @@
 
 `user_feedback` is a rating in [0, 1]: 1 = the answer fully satisfied the user, 0 = useless. Map other
 scales onto it before writing the log (thumbs up/down -> 1/0, 1-5 stars -> (stars - 1) / 4). A user's
-interactions, sorted by time, form sessions: a gap longer than `session_gap_minutes` starts a new one,
-so re-asking a question of another model a minute later is a turn of the same multi-turn session.
+interactions, sorted by time, form sessions (multi-turn conversations): when the interactions name
+their `session`, that id delimits them; otherwise a gap longer than `session_gap_minutes` starts a new
+one, so re-asking a question of another model a minute later is a turn of the same session.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Interaction(BaseModel):
     model_used: str = Field(min_length=1, description="the pool model that answered")
     user_feedback: float = Field(ge=0.0, le=1.0, description="rating in [0, 1]: 1 satisfied, 0 useless")
     timestamp: datetime = Field(description="ISO 8601 string or Unix epoch seconds")
+    session: str | None = Field(None, min_length=1, description="conversation id; default: cut by time gaps")
 
     @field_validator("user_feedback", mode="before")
     @classmethod
@@ -73,6 +75,10 @@ class UserLog(BaseModel):
     @field_validator("interactions")
     @classmethod
     def _by_time(cls, value: list[Interaction]) -> list[Interaction]:
+        named = [i.session is not None for i in value]
+        if any(named) and not all(named):
+            k = named.index(False)
+            raise ValueError(f"interaction {k} names no session while others do; name one for all or for none")
         return sorted(value, key=lambda i: i.timestamp)
 
     def models(self) -> set[str]:
@@ -88,6 +94,8 @@ def _fix_for(field: str, kind: str) -> str:
         return "remove it; a line holds user_id, interactions, preferred_models, context"
     if kind == "missing":
         return "add it"
+    if field == "interactions":
+        return "give every interaction of the user a `session` id, or leave it out of all of them"
     return "see the log format in the README (GMTRouter)"
 
 
@@ -150,7 +158,7 @@ def write_logs(users: Iterable[UserLog], path: str | Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for user in users:
-            f.write(user.model_dump_json() + "\n")
+            f.write(user.model_dump_json(exclude_none=True) + "\n")
     tmp.replace(path)
 
 
@@ -161,7 +169,13 @@ class Session:
 
 
 def sessions_of(user: UserLog, gap_minutes: float = DEFAULT_SESSION_GAP_MINUTES) -> list[Session]:
-    """The user's interactions cut into sessions wherever more than `gap_minutes` pass between two turns."""
+    """The user's sessions in time order: grouped by their `session` id when the log names them, else cut
+    wherever more than `gap_minutes` pass between two turns."""
+    if user.interactions[0].session is not None:
+        by_id: dict[str | None, list[Interaction]] = {}
+        for inter in user.interactions:
+            by_id.setdefault(inter.session, []).append(inter)
+        return [Session(user.user_id, tuple(s)) for s in by_id.values()]
     out: list[list[Interaction]] = []
     last: datetime | None = None
     for inter in user.interactions:

@@ -1,15 +1,13 @@
 """Held-out evaluation of a personalised router against popularity and a non-personalised router.
 
-A target is one question of one session that the user put to several models: its ratings say which
-model the user preferred. Preference accuracy is the share of rated pairs (ratings more than
-`min_gap` apart) that a method orders correctly (a tied score counts half); NDCG@k ranks the rated
-models of a target by the method's score with the rating as gain. Both are given per user and overall
-(accuracy over all pairs, NDCG over all targets).
+A target is one question of one session that the user put to several models; its ratings give rated
+pairs (all 2-combinations in log order, exact ties skipped). On those pairs each method gets the
+original's metrics (accuracy, ROC-AUC of score differences, mean per-user AUC; `metrics.py`), and on
+each target NDCG@k of the rated models ranked by score. Per user and overall.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,43 +15,22 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from routing.gmtrouter.checkpoint import HISTORY_FILE
 from routing.gmtrouter.data import Session, UserLog, sessions_of
 from routing.gmtrouter.graph import UserHistory
-from routing.gmtrouter.model import HISTORY_FILE
+from routing.gmtrouter.metrics import ndcg, pair_metrics, rated_pairs
 from routing.gmtrouter.policy import PersonalRouter
 from routing.gmtrouter.train import TrainConfig
 
 METHODS = ("personalised", "non_personalised", "popularity")
+PAIR_METRICS = ("accuracy", "auc", "per_user_auc")
 
 
 @dataclass
 class Target:
     user_row: int
     query: str
-    ratings: dict[str, float]  # model -> rating
-
-
-def ndcg(scores: dict[str, float], ratings: dict[str, float], k: int) -> float | None:
-    ranked = sorted(ratings, key=lambda m: -scores[m])[:k]
-    ideal = sorted(ratings.values(), reverse=True)[:k]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    if idcg <= 0:
-        return None
-    return sum(ratings[m] / math.log2(i + 2) for i, m in enumerate(ranked)) / idcg
-
-
-def pair_hits(scores: dict[str, float], ratings: dict[str, float], min_gap: float) -> tuple[float, int]:
-    hits, n = 0.0, 0
-    names = list(ratings)
-    for a, ma in enumerate(names):
-        for mb in names[a + 1 :]:
-            diff = ratings[ma] - ratings[mb]
-            if abs(diff) <= min_gap:
-                continue
-            n += 1
-            d = scores[ma] - scores[mb]
-            hits += 0.5 if d == 0 else float((d > 0) == (diff > 0))
-    return hits, n
+    ratings: dict[str, float]  # model -> rating, in log order
 
 
 def targets_of(user_row: int, sessions: Sequence[Session], vocab: set[str]) -> list[Target]:
@@ -73,10 +50,9 @@ def evaluate(
     histories: list[UserHistory],
     targets: list[Target],
     k: int = 3,
-    min_gap: float = 0.05,
 ) -> dict:
     """Metrics of the personalised and non-personalised routers and of popularity on `targets`, whose
-    user rows index `histories` (the graph the user embeddings are computed from)."""
+    user rows index `histories` (the graph the user states are computed from)."""
     per_method: dict[str, np.ndarray] = {}
     queries = [t.query for t in targets]
     rows = [t.user_row for t in targets]
@@ -85,58 +61,50 @@ def evaluate(
     models = next(iter(routers.values())).models
     pop = np.array([popularity.get(m, [0.0, 0.0])[0] for m in models], dtype=np.float32)
     per_method["popularity"] = np.tile(pop, (len(targets), 1))
-    sums: dict[str, dict[str, dict[str, float]]] = {}  # user -> method -> running sums
-    for i, t in enumerate(targets):
-        user = histories[t.user_row].user_id
-        for name, matrix in per_method.items():
-            scores = dict(zip(models, matrix[i].tolist(), strict=True))
-            acc = sums.setdefault(user, {}).setdefault(name, {"hits": 0.0, "pairs": 0, "ndcg": 0.0, "targets": 0})
-            hits, n = pair_hits(scores, t.ratings, min_gap)
-            acc["hits"] += hits
-            acc["pairs"] += n
+    col = {m: j for j, m in enumerate(models)}
+    users = [histories[t.user_row].user_id for t in targets]
+    overall: dict[str, dict] = {}
+    per_user: dict[str, dict[str, dict]] = {u: {} for u in users}
+    for name, matrix in per_method.items():
+        ids, diffs, labels = [], [], []
+        gains: dict[str, list[float]] = {u: [] for u in users}
+        for i, t in enumerate(targets):
+            names = list(t.ratings)
+            scores = {m: float(matrix[i, col[m]]) for m in names}
+            for a, b, won in rated_pairs([t.ratings[m] for m in names]):
+                ids.append(users[i])
+                diffs.append(scores[names[a]] - scores[names[b]])
+                labels.append(won)
             g = ndcg(scores, t.ratings, k)
             if g is not None:
-                acc["ndcg"] += g
-                acc["targets"] += 1
-
-    def summary(acc: dict[str, float]) -> dict[str, float | int | None]:
-        return {
-            "preference_accuracy": acc["hits"] / acc["pairs"] if acc["pairs"] else None,
-            f"ndcg@{k}": acc["ndcg"] / acc["targets"] if acc["targets"] else None,
-            "pairs": int(acc["pairs"]),
-            "targets": int(acc["targets"]),
+                gains[users[i]].append(g)
+        m = pair_metrics(ids, diffs, labels)
+        every = [g for gs in gains.values() for g in gs]
+        overall[name] = {key: m[key] for key in PAIR_METRICS} | {
+            f"ndcg@{k}": float(np.mean(every)) if every else None,
+            "pairs": m["pairs"],
+            "targets": len(every),
         }
-
-    overall: dict[str, dict] = {}
-    for name in per_method:
-        total = {"hits": 0.0, "pairs": 0, "ndcg": 0.0, "targets": 0}
-        for by_method in sums.values():
-            for key in total:
-                total[key] += by_method[name][key]
-        overall[name] = summary(total)
+        for u in per_user:
+            pairs = m["per_user"].get(u, {"accuracy": None, "auc": None, "pairs": 0})
+            per_user[u][name] = pairs | {f"ndcg@{k}": float(np.mean(gains[u])) if gains[u] else None}
     margins = {
         f"over_{base}": {
             metric: overall["personalised"][metric] - overall[base][metric]
-            for metric in ("preference_accuracy", f"ndcg@{k}")
+            for metric in (*PAIR_METRICS, f"ndcg@{k}")
             if overall["personalised"][metric] is not None and overall[base][metric] is not None
         }
         for base in per_method
         if base != "personalised" and "personalised" in per_method
     }
-    return {
-        "k": k,
-        "users": len(sums),
-        "overall": overall,
-        "margins": margins,
-        "per_user": {u: {n: summary(a) for n, a in by_method.items()} for u, by_method in sums.items()},
-    }
+    return {"k": k, "users": len(per_user), "overall": overall, "margins": margins, "per_user": per_user}
 
 
 def load_routers(
     checkpoint: str | Path, encode: Callable[[list[str]], np.ndarray] | None = None
 ) -> dict[str, PersonalRouter]:
     personal = PersonalRouter.load(checkpoint, personalised=True, encode=encode)
-    plain = PersonalRouter.load(checkpoint, personalised=False, queries=personal.queries)
+    plain = PersonalRouter.load(checkpoint, personalised=False, texts=personal.texts)
     return {"personalised": personal, "non_personalised": plain}
 
 
@@ -154,10 +122,14 @@ def evaluate_logs(
 
     routers = load_routers(checkpoint, encode)
     net_config = routers["personalised"].net.config
+    if net_config.kind == "hgt":
+        # Models the router was not trained on are scored from their names, as new LLM nodes.
+        for router in routers.values():
+            router.add_models({m: None for u in users for m in sorted(u.models())})
     gap = net_config.session_gap_minutes
     history_file = Path(checkpoint) / HISTORY_FILE
     seen = {u.user_id: u for u in read_logs(history_file)} if history_file.is_file() else {}
-    vocab = set(net_config.models)
+    vocab = set(routers["personalised"].models)
     histories: list[UserHistory] = []
     targets: list[Target] = []
     for user in tqdm(users, desc="evaluate", unit="user", disable=not progress):

@@ -1,135 +1,187 @@
-"""The GMTRouter network and its checkpoint (safetensors weights + JSON config and model vocabulary).
+"""The GMTRouter network of the paper (original: `src/graph.py`): HGT layers over the interaction graph give
+each user a state; a cross-attention scorer rates an LLM for a (user, query) pair.
 
-Response nodes start from their query, their model and the rating; heterogeneous SAGE layers carry
-that into sessions and users. A (user, query, model) triple is scored from the user's node, the query
-embedding and the model embedding, with their element-wise products so the user can re-weight which
-model suits which kind of query. `personalised=False` drops users and sessions: the same scorer on
-(query, model) alone, the non-personalised baseline.
+The scorer projects the user state, the query embedding and the LLM's text embedding to one width; the
+LLM attends to the (user, query) pair and the attended vector, beside the LLM's own, gives the logit. LLMs
+enter only through their text embedding, so a model added to the pool after training is scored from its
+description. `personalised=False` is the non-personalised twin: no graph, a zero user state.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from torch_geometric.data import HeteroData
-from torch_geometric.nn import HeteroConv, SAGEConv
+from torch_geometric.nn import HGTConv
 
-from routing.gmtrouter.graph import EDGE_TYPES
+from routing.gmtrouter.graph import (
+    EDGE_TYPES,
+    NODE_TYPES,
+    SCALAR_NODES,
+    LLMTable,
+    TextTable,
+    UserHistory,
+    build_graph,
+)
 
-FORMAT = "searchrl-gmtrouter/1"
-CONFIG_FILE = "config.json"
-WEIGHTS = {True: "model.safetensors", False: "nonpersonal.safetensors"}
-HISTORY_FILE = "history.jsonl"
-# Query and model features enter responses through `response_mlp` (their product needs the rating's
-# sign); the layers carry responses into sessions and users and back.
-CONV_EDGES = [et for et in EDGE_TYPES if et[0] not in ("query", "model") or et[2] == "user"]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory that is missing a file or does not match what loads it."""
+KINDS = ("hgt", "sage")
 
 
 @dataclass
 class NetConfig:
     models: list[str]
     query_dim: int
+    kind: str = "hgt"
     encoder: str = "all-MiniLM-L6-v2"
-    hidden: int = 64
-    layers: int = 2
+    # What each training LLM's node embeds (its description, else its name).
+    llm_texts: dict[str, str] = field(default_factory=dict)
+    hidden: int = 128
+    layers: int = 3
+    heads: int = 4
+    # The temporal session -> previous-session edges (the original's `multi_turn`).
+    temporal: bool = True
+    scorer_hidden: int = 256
+    dropout: float = 0.1
     session_gap_minutes: float = 30.0
     # Per-model mean rating and count in the training logs: the popularity baseline.
     popularity: dict[str, list[float]] = field(default_factory=dict)
+    # Which epoch's weights were kept, by which validation metric (empty: the last epoch's).
+    selection: dict = field(default_factory=dict)
+
+
+class RouterNet(Protocol):
+    """What the router needs of a trained network, HGT (the paper's) or SAGE (the baseline)."""
+
+    config: NetConfig
+    personalised: bool
+
+    def user_states(self, histories: Sequence[UserHistory], texts: TextTable, llms: LLMTable) -> torch.Tensor | None:
+        """One state per history (None for a non-personalised network)."""
+        ...
+
+    def score(self, users: Grid, queries: Grid, llm_rows: torch.Tensor, llms: LLMTable) -> torch.Tensor:
+        """Logits of (user, query, LLM row) triples; users and queries as tables with a row index per triple."""
+        ...
+
+
+@dataclass
+class Grid:
+    """A table of vectors and, per scored triple, the row it takes: each distinct user or query is
+    projected once however many LLMs it is scored against. `table` None: no user states (a zero state)."""
+
+    table: torch.Tensor | None
+    index: torch.Tensor
+
+    def rows(self, width: int) -> torch.Tensor:
+        if self.table is None:
+            return torch.zeros((len(self.index), width))
+        return self.table[self.index]
+
+
+class HGTEncoder(nn.Module):
+    """HGT layers, each followed by dropout and layer norm, over the graph of `graph.py`."""
+
+    def __init__(self, text_dim: int, hidden: int, layers: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        metadata = (NODE_TYPES, EDGE_TYPES)
+        convs = []
+        for i in range(layers):
+            dims = {t: text_dim for t in NODE_TYPES} | dict.fromkeys(SCALAR_NODES, 1)
+            if i > 0:
+                dims |= {"user": hidden, "session": hidden}
+            convs.append(HGTConv(dims, hidden, metadata, heads=heads))
+        self.convs = nn.ModuleList(convs)
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, graph: HeteroData) -> dict[str, torch.Tensor]:
+        h = dict(graph.x_dict)
+        edges = {et: graph[et].edge_index for et in EDGE_TYPES}
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            out = conv(h, edges)
+            h.update({k: norm(self.dropout(v)) for k, v in out.items() if v is not None})
+        return h
+
+
+class CrossAttentionScorer(nn.Module):
+    """The original's PreferencePredictor: the LLM's projection attends to the projected (user, query) pair
+    and [attended, LLM] gives the logit. Same parameters and maths as running nn.MultiheadAttention on each
+    triple, computed factored: keys and values of each distinct user and query, the query of each LLM,
+    then per triple only the two-key softmax and the output layers."""
+
+    def __init__(self, user_dim: int, text_dim: int, hidden: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.user_proj = nn.Linear(user_dim, hidden)
+        self.query_proj = nn.Linear(text_dim, hidden)
+        self.llm_proj = nn.Linear(text_dim, hidden)
+        self.cross_attn = nn.MultiheadAttention(hidden, heads, batch_first=True)
+        self.out = nn.Sequential(nn.ReLU(), nn.Dropout(dropout), nn.Linear(2 * hidden, 1))
+
+    def forward(
+        self,
+        users: torch.Tensor,
+        queries: torch.Tensor,
+        llms: torch.Tensor,
+        u_idx: torch.Tensor,
+        q_idx: torch.Tensor,
+        l_idx: torch.Tensor,
+    ) -> torch.Tensor:
+        att = self.cross_attn
+        w_q, w_k, w_v = att.in_proj_weight.chunk(3)
+        b_q, b_k, b_v = att.in_proj_bias.chunk(3)
+        u, q, m = self.user_proj(users), self.query_proj(queries), self.llm_proj(llms)
+        n, width, heads = len(l_idx), m.shape[1], self.heads
+        per_head = width // heads
+        target = nn.functional.linear(m, w_q, b_q)[l_idx].view(n, heads, per_head)
+        # The output projection is linear, so each head's value is projected once per user and per query:
+        # a triple then only mixes two (heads, width) blocks by its attention weights.
+        w_out = att.out_proj.weight.view(width, heads, per_head)
+        keys, outs = [], []
+        for x, idx in ((u, u_idx), (q, q_idx)):
+            keys.append(nn.functional.linear(x, w_k, b_k).view(-1, heads, per_head)[idx])
+            v = nn.functional.linear(x, w_v, b_v).view(-1, heads, per_head)
+            outs.append(torch.einsum("xhd,ohd->xho", v, w_out)[idx])
+        logits = torch.stack([(target * k).sum(-1) for k in keys], dim=-1) / per_head**0.5
+        alpha = torch.softmax(logits, dim=-1)
+        attended = (alpha[..., :1] * outs[0] + alpha[..., 1:] * outs[1]).sum(1) + att.out_proj.bias
+        return self.out(torch.cat([attended, m[l_idx]], dim=1)).squeeze(1)
 
 
 class GMTRouterNet(nn.Module):
     def __init__(self, config: NetConfig, personalised: bool = True) -> None:
         super().__init__()
-        h = config.hidden
         self.config = config
         self.personalised = personalised
-        self.query_proj = nn.Linear(config.query_dim, h)
-        self.model_emb = nn.Embedding(len(config.models), h)
-        self.response_mlp = nn.Sequential(nn.Linear(3 * h + 2, h), nn.ReLU(), nn.Linear(h, h))
-        self.user_init = nn.Parameter(torch.zeros(h))
-        self.session_init = nn.Parameter(torch.zeros(h))
+        d, h = config.query_dim, config.hidden
+        self.encoder = HGTEncoder(d, h, config.layers, config.heads, config.dropout) if personalised else None
+        self.scorer = CrossAttentionScorer(h, d, config.scorer_hidden, config.heads, config.dropout)
+
+    def graph(self, histories: Sequence[UserHistory], texts: TextTable, llms: LLMTable) -> HeteroData:
+        return build_graph(histories, texts, llms.rows, llms.features(), temporal=self.config.temporal)
+
+    def states(self, graph: HeteroData) -> torch.Tensor:
+        assert self.encoder is not None
         with warnings.catch_warnings():
-            # Model nodes are sources only (their embedding is the model's identity); PyG warns about that.
+            # LLM, query and response nodes only send; PyG warns that they receive nothing.
             warnings.filterwarnings("ignore", message="There exist node types", category=UserWarning)
-            self.convs = nn.ModuleList(
-                HeteroConv({et: SAGEConv(h, h) for et in CONV_EDGES}) for _ in range(config.layers)
-            )
-        self.decoder = nn.Sequential(nn.Linear(6 * h, h), nn.ReLU(), nn.Linear(h, 1))
+            return self.encoder(graph)["user"]
 
-    def user_states(self, graph: HeteroData) -> torch.Tensor:
-        """One vector per user node, from message passing over the user's sessions and ratings."""
-        h = self.config.hidden
-        q = self.query_proj(graph["query"].x)
-        q_idx = graph["query", "asks", "response"].edge_index[0]
-        m_idx = graph["model", "answers", "response"].edge_index[0]
-        fb = graph["response"].feedback.unsqueeze(1)
-        qr, mr = q[q_idx], self.model_emb(m_idx)
-        # The signed product says "this model suited / failed this kind of query" in one vector.
-        resp = self.response_mlp(torch.cat([qr, mr, fb, 2 * fb - 1, qr * mr * (2 * fb - 1)], dim=1))
-        x = {
-            "user": self.user_init.expand(graph["user"].num_nodes, h),
-            "session": self.session_init.expand(graph["session"].num_nodes, h),
-            "response": resp,
-            "model": self.model_emb.weight,
-            "query": q,
-        }
-        edges = {et: graph[et].edge_index for et in CONV_EDGES}
-        for conv in self.convs:
-            out = conv(x, edges)
-            x = {k: (x[k] + torch.relu(out[k])) if k in out else v for k, v in x.items()}
-        return x["user"]
+    def user_states(self, histories: Sequence[UserHistory], texts: TextTable, llms: LLMTable) -> torch.Tensor | None:
+        if not self.personalised:
+            return None
+        return self.states(self.graph(histories, texts, llms))
 
-    def score(self, users: torch.Tensor | None, queries: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
-        """Scores of aligned (user state, query embedding, model index) rows; users None when not personalised."""
-        q = self.query_proj(queries)
-        m = self.model_emb(models)
-        u = users if (self.personalised and users is not None) else torch.zeros_like(q)
-        return self.decoder(torch.cat([u, q, m, q * m, u * m, u * q * m], dim=1)).squeeze(1)
-
-
-def save_checkpoint(out: Path, config: NetConfig, nets: dict[bool, GMTRouterNet]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"format": FORMAT, "models": json.dumps(config.models)}
-    for personalised, net in nets.items():
-        state = {k: v.detach().contiguous() for k, v in net.state_dict().items()}
-        save_file(state, str(out / WEIGHTS[personalised]), metadata=meta)
-    (out / CONFIG_FILE).write_text(json.dumps({"format": FORMAT, **asdict(config)}, indent=2))
-
-
-def load_checkpoint(directory: str | Path, personalised: bool = True) -> GMTRouterNet:
-    directory = Path(directory)
-    cfg_path, weights = directory / CONFIG_FILE, directory / WEIGHTS[personalised]
-    for path in (cfg_path, weights):
-        if not path.is_file():
-            raise CheckpointError(f"{path}: missing; train with `python -m routing.gmtrouter train`")
-    raw = json.loads(cfg_path.read_text())
-    if raw.pop("format", None) != FORMAT:
-        raise CheckpointError(f"{cfg_path}: not a {FORMAT} checkpoint")
-    config = NetConfig(**raw)
-    from safetensors import safe_open
-
-    with safe_open(str(weights), framework="pt") as f:
-        stored = json.loads((f.metadata() or {}).get("models", "null"))
-    if stored != config.models:
-        raise CheckpointError(
-            f"{weights}: its model vocabulary {stored} differs from {cfg_path}'s {config.models}; "
-            "the two files come from different trainings"
-        )
-    net = GMTRouterNet(config, personalised=personalised)
-    state = load_file(str(weights))
-    try:
-        net.load_state_dict(state)
-    except RuntimeError as e:
-        raise CheckpointError(f"{weights}: does not fit {cfg_path} ({str(e).splitlines()[0]})") from None
-    net.eval()
-    return net
+    def score(self, users: Grid, queries: Grid, llm_rows: torch.Tensor, llms: LLMTable) -> torch.Tensor:
+        table = users.table if self.personalised and users.table is not None else None
+        if table is None:
+            table, u_idx = torch.zeros((1, self.config.hidden)), torch.zeros_like(users.index)
+        else:
+            u_idx = users.index
+        assert queries.table is not None
+        return self.scorer(table, queries.table, llms.features(), u_idx, queries.index, llm_rows)

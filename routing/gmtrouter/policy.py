@@ -1,16 +1,18 @@
 """A trained GMTRouter as a scorer (for evaluation) and as the routing backend's policy.
 
 The policy reads its users' histories once at start (by default the logs it was trained on, kept in
-the checkpoint), computes every user's embedding in one pass, and then answers "which model for this
+the checkpoint), computes every user's state in one pass, and then answers "which model for this
 user and this question" with one encoder call per batch. A user it has no history for gets the
-embedding of an empty history: the router's population-level choice.
+state of an empty history: the router's population-level choice. With the HGT model a pool model the
+checkpoint was not trained on joins as a new LLM node, known by its description (or name).
 
 This module imports torch only when a policy is built, so the router backend stays light without one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -20,27 +22,42 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from routing.gmtrouter.graph import QueryTable, UserHistory
-    from routing.gmtrouter.model import GMTRouterNet
+    from routing.gmtrouter.graph import TextTable, UserHistory
+    from routing.gmtrouter.model import RouterNet
+
+log = logging.getLogger(__name__)
 
 
 class GMTRouterPolicyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["gmtrouter"] = "gmtrouter"
-    checkpoint: Path = Field(description="a directory written by `python -m routing.gmtrouter train`")
+    checkpoint: Path = Field(description="a directory written by `searchrl gmtrouter train`")
     history: Path | None = Field(None, description="users' interaction logs (JSONL); default: the checkpoint's")
     user: str | None = Field(None, description="user of queries naming none (`auto: q`, not `auto@u: q`)")
+    descriptions: dict[str, str] = Field(
+        default_factory=dict,
+        description="text of pool models the checkpoint was not trained on (HGT embeds it; default: the name)",
+    )
 
 
 class PersonalRouter:
-    """Scores every vocabulary model for (user history, query) pairs with one trained network."""
+    """Scores every known LLM for (user history, query) pairs with one trained network."""
 
-    def __init__(self, net: GMTRouterNet, queries: QueryTable) -> None:
+    def __init__(self, net: RouterNet, texts: TextTable) -> None:
+        from routing.gmtrouter.graph import LLMTable
+
         self.net = net
-        self.models = list(net.config.models)
-        self.vocab = {m: i for i, m in enumerate(self.models)}
-        self.queries = queries
+        self.texts = texts
+        self.llms = LLMTable(texts, net.config.models, net.config.llm_texts)
+
+    @property
+    def models(self) -> list[str]:
+        return self.llms.names
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        return self.llms.rows
 
     @classmethod
     def load(
@@ -48,50 +65,61 @@ class PersonalRouter:
         checkpoint: str | Path,
         personalised: bool = True,
         encode: Callable[[list[str]], np.ndarray] | None = None,
-        queries: QueryTable | None = None,
+        texts: TextTable | None = None,
     ) -> PersonalRouter:
-        """`queries` shares one embedding table between routers; else `encode` (default: the checkpoint's
-        encoder, loaded here) embeds queries."""
-        from routing.gmtrouter.graph import QueryTable
-        from routing.gmtrouter.model import CheckpointError, load_checkpoint
+        """`texts` shares one embedding table between routers; else `encode` (default: the checkpoint's
+        encoder, loaded here) embeds queries and LLM texts."""
+        from routing.gmtrouter.checkpoint import CheckpointError, load_checkpoint
+        from routing.gmtrouter.graph import TextTable
         from routing.gmtrouter.train import bundled_encoder
 
         net = load_checkpoint(checkpoint, personalised=personalised)
-        if queries is not None:
-            return cls(net, queries)
+        if texts is not None:
+            return cls(net, texts)
         if encode is None:
             encode, dim = bundled_encoder(net.config.encoder)
             if dim != net.config.query_dim:
                 raise CheckpointError(
-                    f"{checkpoint}: trained on {net.config.query_dim}-d query embeddings, {net.config.encoder} "
+                    f"{checkpoint}: trained on {net.config.query_dim}-d text embeddings, {net.config.encoder} "
                     f"gives {dim}"
                 )
-        return cls(net, QueryTable(encode, net.config.query_dim))
+        return cls(net, TextTable(encode, net.config.query_dim))
+
+    def add_models(self, descriptions: Mapping[str, str | None]) -> None:
+        """New LLM nodes, each known by its text (default: its name): HGT scores them untrained; SAGE cannot."""
+        new = {m: d for m, d in descriptions.items() if m not in self.vocab}
+        if not new:
+            return
+        if self.net.config.kind != "hgt":
+            raise ValueError(
+                f"models {sorted(new)} are not in the checkpoint's vocabulary {self.models}; a {self.net.config.kind} "
+                "router knows models by ID: retrain with them (or train the default hgt model)"
+            )
+        for name, text in new.items():
+            self.llms.add(name, text)
 
     def user_states(self, histories: Sequence[UserHistory]) -> torch.Tensor | None:
         import torch
 
-        from routing.gmtrouter.graph import build_graph
-
-        if not self.net.personalised:
-            return None
         with torch.inference_mode():
-            return self.net.user_states(build_graph(histories, self.vocab, self.queries))
+            return self.net.user_states(histories, self.texts, self.llms)
 
     def scores(self, states: torch.Tensor | None, user_rows: Sequence[int], queries: Sequence[str]) -> np.ndarray:
         """(len(queries), len(models)) scores; row i is for user state `user_rows[i]` and `queries[i]`."""
+        import numpy as np
         import torch
+
+        from routing.gmtrouter.model import Grid
 
         n, k = len(queries), len(self.models)
         if n == 0:
-            import numpy as np
-
             return np.zeros((0, k), dtype=np.float32)
+        distinct = list(dict.fromkeys(queries))
+        where = {t: i for i, t in enumerate(distinct)}
         with torch.inference_mode():
-            q = self.queries.tensor(list(queries)).repeat_interleave(k, dim=0)
-            m = torch.arange(k).repeat(n)
-            u = states[torch.tensor(list(user_rows))].repeat_interleave(k, dim=0) if states is not None else None
-            return self.net.score(u, q, m).reshape(n, k).numpy()
+            q = Grid(self.texts.tensor(distinct), torch.tensor([where[t] for t in queries]).repeat_interleave(k))
+            u = Grid(states, torch.tensor(list(user_rows), dtype=torch.long).repeat_interleave(k))
+            return self.net.score(u, q, torch.arange(k).repeat(n), self.llms).reshape(n, k).numpy()
 
 
 class GMTRouterPolicy:
@@ -109,19 +137,27 @@ class GMTRouterPolicy:
 
     @classmethod
     def from_config(cls, config: GMTRouterPolicyConfig, pool: Sequence[str]) -> GMTRouterPolicy:
+        from routing.gmtrouter.checkpoint import HISTORY_FILE
         from routing.gmtrouter.data import read_logs, sessions_of
         from routing.gmtrouter.graph import UserHistory
-        from routing.gmtrouter.model import HISTORY_FILE
 
         router = PersonalRouter.load(config.checkpoint)
-        if not set(pool) & set(router.models):
+        path = config.history or config.checkpoint / HISTORY_FILE
+        hgt = router.net.config.kind == "hgt"
+        if hgt:
+            new = [m for m in pool if m not in router.vocab]
+            if new:
+                log.info("gmtrouter: scoring pool models %s from their descriptions (not in training)", new)
+            router.add_models({m: config.descriptions.get(m) for m in new})
+        elif not set(pool) & set(router.models):
             raise ValueError(
                 f"search.router.policy.checkpoint: {config.checkpoint} was trained on models {router.models}, "
                 f"none of them in the pool {list(pool)}; name pool models as in the training logs"
             )
-        path = config.history or config.checkpoint / HISTORY_FILE
         gap = router.net.config.session_gap_minutes
-        users = read_logs(path, models=router.models) if path.is_file() else []
+        users = read_logs(path, models=None if hgt else router.models) if path.is_file() else []
+        if hgt:
+            router.add_models({m: config.descriptions.get(m) for u in users for m in u.models()})
         histories = [UserHistory(u.user_id, sessions_of(u, gap), u.preferred_models) for u in users]
         return cls(router, histories, config.user)
 

@@ -2,10 +2,11 @@
 
 Each user belongs to a persona; a user's utility for a model on a query is the persona's taste in
 models plus the model's skill on the query's topic, plus the user's own small deviations.
-A session is one question re-asked of two or three models picked uniformly (an unbiased logging
-policy), each answer rated with noise. Knowing the topic alone (a non-personalised router) or the
-overall best-rated model (popularity) is therefore wrong for many users; inferring the persona from a
-user's few past ratings is what wins.
+A session is one question put to two or three models picked uniformly (an unbiased logging policy),
+sometimes followed by a second question on the same topic put to the same models (a multi-turn
+session, what the temporal edges link), each answer rated with noise. Knowing the topic alone (a
+non-personalised router) or the overall best-rated model (popularity) is therefore wrong for many
+users; inferring the persona from a user's few past ratings is what wins.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def synthesize(
     sessions_per_user: tuple[int, int] = (8, 14),
     feedback_noise: float = 0.1,
     user_noise: float = 0.3,
+    followup_rate: float = 0.3,
 ) -> list[UserLog]:
     rng = np.random.default_rng(seed)
     util = persona_utilities(rng, personas)
@@ -97,18 +99,20 @@ def synthesize(
         inters: list[Interaction] = []
         for _ in range(int(rng.integers(sessions_per_user[0], sessions_per_user[1] + 1))):
             ti = int(rng.integers(len(topics)))
-            query = str(rng.choice(queries[topics[ti]]))
-            for m in rng.choice(len(MODELS), size=int(rng.integers(2, 4)), replace=False):
-                rating = 1.0 / (1.0 + np.exp(-2.0 * (mine[ti, m] - 0.5))) + rng.normal(0.0, feedback_noise)
-                inters.append(
-                    Interaction(
-                        query=query,
-                        model_used=MODELS[int(m)],
-                        user_feedback=round(float(np.clip(rating, 0.0, 1.0)), 3),
-                        timestamp=t,
+            asked = rng.choice(len(MODELS), size=int(rng.integers(2, 4)), replace=False)
+            turns = 2 if rng.random() < followup_rate else 1
+            for query in rng.choice(queries[topics[ti]], size=turns, replace=False):
+                for m in asked:
+                    rating = 1.0 / (1.0 + np.exp(-2.0 * (mine[ti, m] - 0.5))) + rng.normal(0.0, feedback_noise)
+                    inters.append(
+                        Interaction(
+                            query=str(query),
+                            model_used=MODELS[int(m)],
+                            user_feedback=round(float(np.clip(rating, 0.0, 1.0)), 3),
+                            timestamp=t,
+                        )
                     )
-                )
-                t += timedelta(minutes=float(rng.uniform(0.5, 3)))
+                    t += timedelta(minutes=float(rng.uniform(0.5, 3)))
             t += timedelta(hours=float(rng.uniform(2, 48)))
         # Half the users state a favourite: the model best for them on average over topics.
         stated = [MODELS[int(np.argmax(mine.mean(axis=0)))]] if rng.random() < 0.5 else []
