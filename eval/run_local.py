@@ -27,6 +27,11 @@ from search_backend.config import SearchConfig, open_backend  # noqa: E402
 from searchrl.config import ConfigError, load  # noqa: E402
 from searchrl.jsonl import RecordError  # noqa: E402
 
+# An evaluation is watched, and a question whose search failed is redone by the next run: it gives up sooner than
+# training (300 s), and the probe before it only asks whether anything answers.
+EVAL_SEARCH_DEADLINE_S = 60.0
+PROBE_DEADLINE_S = 5.0
+
 
 def search_config(args: argparse.Namespace) -> SearchConfig:
     if args.search:
@@ -34,12 +39,12 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
         return raw
     if args.index:
         return SearchConfig(backend="local", index_dir=Path(args.index), device=args.device)
-    return SearchConfig(backend="http", urls=args.search_url)
+    return SearchConfig(backend="http", urls=args.search_url, deadline_s=args.search_deadline_s)
 
 
 async def probe(config: SearchConfig) -> str | None:
     """One search through a throwaway client of the retrieval server(s): None when it answers, else why not."""
-    backend = open_backend(config)
+    backend = open_backend(config.model_copy(update={"deadline_s": min(config.deadline_s, PROBE_DEADLINE_S)}))
     try:
         await backend.search(["searchrl probe"], 1)
         return None
@@ -66,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--index", help="a local index directory (search_backend.build_index)")
     src.add_argument("--search-url", default="http://127.0.0.1:8002", help="retrieval server(s), comma-separated")
     src.add_argument("--search", help="a YAML file holding a search config (backend, urls or index_dir, ...)")
+    p.add_argument(
+        "--search-deadline-s",
+        type=float,
+        default=EVAL_SEARCH_DEADLINE_S,
+        help="for --search-url: how long one search keeps retrying (training waits 300 s for a restart; an "
+        "evaluation counts the failure and redoes the question on the next run)",
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="for --index")
     add_generation_args(p)
     args = p.parse_args(argv)

@@ -74,6 +74,8 @@ def args(llm_url: str, search_url: str, out: Path, *extra: str) -> list[str]:
         f"{llm_url}/v1",
         "--search-url",
         search_url,
+        "--search-deadline-s",
+        "3",
         "--out",
         str(out),
         *extra,
