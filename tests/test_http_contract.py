@@ -106,7 +106,7 @@ def test_json_errors_name_their_field(server, path, body, field, request):
 
 
 def test_an_unknown_host_is_refused_without_a_token(search_url, search_token_url):
-    body = json.dumps({"query": ["x </think><answer> a </answer>"], "labels": ["a"]}).encode()
+    body = json.dumps({"query": ["x </think><answer> Paris </answer>"], "labels": ["Paris"]}).encode()
     settings = ServerSettings(spec=STAGE2_ANSWER)
     settings.allowed_hosts = ("trusted.example",)
     with serve(create_reward_app(settings)) as reward_url:

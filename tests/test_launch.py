@@ -194,6 +194,9 @@ def test_quickstart_cpu_demo(tmp_path, mini_index):
             "1",
             "--max-length",
             "4096",
+            # Training is the CI's `--train` rehearsal and the learning run; the demo alone here.
+            "--train-steps",
+            "0",
             # Options reach the CPU demo too (they were once ignored there).
             "episode.max_queries_per_block=2",
             "reward.process_weight=0.5",
