@@ -3,7 +3,9 @@ each through `searchrl stage rehearse STAGE --train` (OpenRLHF's own train_ppo_r
 an lr = 0 control of each stage and an independent evaluation of every checkpoint.
 
     python -m benchmarks.learning --stages stage1,stage2 --seeds 3 --out DIR
-        [--steps1 15] [--steps2 15] [--lr 2e-3] [--eval-samples 2] [--options process,efficiency]
+        [--steps1 15] [--steps2 15] [--lr 1e-3] [--eval-samples 2] [--options process,efficiency]
+        [--first-seed K]
+    python -m benchmarks.learning --merge DIR [DIR ...] --out DIR   # one report from several runs' seeds
 
 The independent evaluation samples each checkpoint outside the training loop (Hugging Face `generate`,
 temperature 1.0, top-p 0.95, not the training rehearsal's vLLM stand-in) on questions training never
@@ -179,7 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-samples", type=int, default=2, help="samples per held-out question (100 questions)")
     p.add_argument("--options", default="", help="stage-2 reward options run beside the default: process,efficiency")
     p.add_argument("--no-control", action="store_true", help="skip the lr = 0 controls")
+    p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="no run: join the seeds of earlier runs' DIR/learning.json (same steps1, lr, eval samples) into --out",
+    )
     args = p.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out.resolve())
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     if stages not in (["stage1"], ["stage1", "stage2"]):
         p.error("--stages: stage1 or stage1,stage2 (stage 2 starts from stage 1's checkpoint)")
@@ -200,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     servers = Servers(out)
     t0 = time.monotonic()
     try:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             home = out / f"seed{seed}"
             entry: dict[str, Any] = {"seed": seed}
             warm = warm_start.ensure(train_rehearsal.build_index(), seed=seed, log=lambda m: print(m, flush=True))
@@ -242,6 +254,35 @@ def main(argv: list[str] | None = None) -> int:
         servers.close()
     report["seconds"] = round(time.monotonic() - t0, 1)
     report["summary"] = summary(report)
+    (out / "learning.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    plot(report, out / "learning.png")
+    print(json.dumps(report["summary"], indent=1))
+    return 0
+
+
+MERGE_KEYS = ("steps1", "lr", "eval_samples")
+
+
+def merge(dirs: list[Path], out: Path) -> int:
+    """One report from several runs' seeds (say seed 0 with stage 2 and its options, seeds 1-2 of stage 1 alone),
+    the summary and the curves computed again; refused when the runs differ in what makes seeds comparable."""
+    reports = [json.loads((d / "learning.json").read_text(encoding="utf-8")) for d in dirs]
+    first = reports[0]
+    for d, r in zip(dirs, reports, strict=True):
+        differ = [k for k in MERGE_KEYS if r["settings"].get(k) != first["settings"].get(k)]
+        if differ:
+            raise SystemExit(f"--merge: {d} differs from {dirs[0]} in {differ}; seeds are comparable only when equal")
+    seeds = [s for r in reports for s in r["seeds"]]
+    numbers = [s["seed"] for s in seeds]
+    if len(set(numbers)) != len(numbers):
+        raise SystemExit(f"--merge: a seed appears twice ({sorted(numbers)}); run the others with --first-seed")
+    report = first | {
+        "seeds": sorted(seeds, key=lambda s: s["seed"]),
+        "merged_from": [{"dir": str(d), "settings": r["settings"]} for d, r in zip(dirs, reports, strict=True)],
+        "seconds": round(sum(r.get("seconds", 0.0) for r in reports), 1),
+    }
+    report["summary"] = summary(report)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "learning.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     plot(report, out / "learning.png")
     print(json.dumps(report["summary"], indent=1))
