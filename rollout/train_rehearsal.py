@@ -154,8 +154,8 @@ def optimizer_steps(ckpt: Path) -> int | None:
     states = sorted((ckpt / latest.read_text().strip()).glob("*model_states.pt"))
     if not states:
         return None
-    # DeepSpeed's own checkpoint format (it pickles its engine state): read with its loader's settings.
-    return int(torch.load(states[0], map_location="cpu", weights_only=False).get("global_steps", 0))
+    # DeepSpeed's model states hold tensors, sizes and plain containers: the safe loader reads them.
+    return int(torch.load(states[0], map_location="cpu", weights_only=True).get("global_steps", 0))
 
 
 def step_table(curves: dict[int, dict[str, float]]) -> str:

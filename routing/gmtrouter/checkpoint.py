@@ -1,6 +1,6 @@
 """A trained router on disk: `config.json` (the network's settings, model vocabulary, LLM texts, which
 epoch was kept), `model.safetensors` and `nonpersonal.safetensors` (the personalised network and its
-non-personalised twin) and `history.jsonl` (the users' logs, the policy's default context). No pickle.
+non-personalised twin) and `history.jsonl` (the users' logs, the policy's default context). Nothing is pickled.
 """
 
 from __future__ import annotations
