@@ -105,15 +105,6 @@ def port_free(port: int) -> bool:
     return True
 
 
-def _end_with_parent() -> None:
-    """Linux: SIGTERM to `ray start --block` when the process that started it dies, even by SIGKILL (a test's
-    timeout, a killed terminal), so no Ray head outlives its rehearsal; --block stops its processes on SIGTERM."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-
-
 class RayHead:
     """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
     ids of the processes it started."""
@@ -156,7 +147,6 @@ class RayHead:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_end_with_parent,
         )
 
     @property
