@@ -144,10 +144,15 @@ class StageConfig(Strict):
     @field_validator("openrlhf")
     @classmethod
     def _flag_names(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
-        for name in flags:
-            if name.startswith("-"):
-                raise ValueError(f"write the flag `{name}` without the leading dashes")
-        return flags
+        return flag_names_without_dashes(flags)
+
+
+def flag_names_without_dashes(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    """OpenRLHF flags are kept under their own names without `--`, so the mapping to its CLI stays one-to-one."""
+    for name in flags:
+        if name.startswith("-"):
+            raise ValueError(f"write the flag `{name}` without the leading dashes")
+    return flags
 
 
 def resolve_model_path(stage_file: str | Path, model: str) -> Path:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from rollout.config import FlagValue, Strict
+from rollout.config import FlagValue, Strict, flag_names_without_dashes
 from rollout.openrlhf_flags import _source_path, render_flags, validated_args
 from searchrl.config import ConfigError, load
 from searchrl.protocol import ANSWER_CLOSE, BEGIN_DOCS, END_DOCS
@@ -42,10 +42,7 @@ class SftConfig(Strict):
     @field_validator("openrlhf")
     @classmethod
     def _flag_names(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
-        for name in flags:
-            if name.startswith("-"):
-                raise ValueError(f"write the flag `{name}` without the leading dashes")
-        return flags
+        return flag_names_without_dashes(flags)
 
 
 @cache
