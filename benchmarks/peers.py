@@ -107,6 +107,9 @@ class MiniLMFlagModel:
 def r1_searcher(file: Path, index_dir: Path, port: int) -> None:
     import faiss
 
+    if importlib.util.find_spec("flask") is None:
+        raise SystemExit("r1-searcher: its server is a Flask app and Flask is not installed; pip install flask")
+
     from search_backend.base import Passage, r1_text
 
     stand_in = types.ModuleType("FlagEmbedding")

@@ -264,14 +264,27 @@ def block(url: str, target: Target, queries: list[str], concurrency: int, second
     return result
 
 
-def in_process_block(backend: LocalFaissBackend, queries: list[str], batch: int, seconds: float) -> float:
-    """Queries/s of encode + search, `batch` queries per call, no HTTP."""
-    done, started = 0, time.perf_counter()
+def in_process_block(
+    backend: LocalFaissBackend, queries: list[str], batch: int, seconds: float, pause_s: float = 0.0
+) -> float:
+    """Queries/s of encode + search, `batch` queries per call, no HTTP. With `pause_s`, the process sleeps that
+    long between calls and the rate counts only the time in calls: what idling between requests (as a server
+    at concurrency one does while its answer travels) costs the next call, and nothing else."""
+    done, busy, started = 0, 0.0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         start = done % len(queries)
+        t0 = time.perf_counter()
         backend.search_sync((queries[start:] + queries)[:batch], TOP_K)
+        busy += time.perf_counter() - t0
         done += batch
-    return done / (time.perf_counter() - started)
+        if pause_s:
+            time.sleep(pause_s)
+    return done / busy
+
+
+# A loopback round trip through the server at concurrency one (answer written, read, next request parsed) is
+# about a millisecond here: the in-process rate with that idle time between calls is what a server could reach.
+IDLE_PAUSE_S = 0.001
 
 
 def in_process_worker(index_dir: Path, queries_file: Path, threads: int) -> None:
@@ -285,8 +298,8 @@ def in_process_worker(index_dir: Path, queries_file: Path, threads: int) -> None
     in_process_block(backend, queries, 1, 1.0)
     print("ready", flush=True)
     for line in sys.stdin:
-        batch, seconds = line.split()
-        print(round(in_process_block(backend, queries, int(batch), float(seconds)), 1), flush=True)
+        batch, seconds, pause = line.split()
+        print(round(in_process_block(backend, queries, int(batch), float(seconds), float(pause)), 1), flush=True)
 
 
 class InProcess:
@@ -302,9 +315,9 @@ class InProcess:
         if self.proc.stdout is None or self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"in-process worker ({threads} threads) did not start")
 
-    def rate(self, batch: int, seconds: float) -> float:
+    def rate(self, batch: int, seconds: float, pause_s: float = 0.0) -> float:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{batch} {seconds}\n")
+        self.proc.stdin.write(f"{batch} {seconds} {pause_s}\n")
         self.proc.stdin.flush()
         return float(self.proc.stdout.readline())
 
@@ -352,11 +365,16 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
                 for target in order:
                     if isinstance(target, int):
                         key = f"in-process, {target} thread{'s' * (target > 1)}, batch {batch}"
-                        before = cpu_seconds([workers[target].proc.pid])
-                        rate = workers[target].rate(batch, args.seconds)
-                        used = cpu_seconds([workers[target].proc.pid]) - before
-                        rates[str(c)].setdefault(key, []).append(round(rate, 1))
-                        cpu_ms[str(c)].setdefault(key, []).append(round(1000 * used / (rate * args.seconds), 2))
+                        pauses = [0.0, IDLE_PAUSE_S] if c == 1 and target == 1 else [0.0]
+                        for pause in pauses:
+                            label = key if not pause else f"{key}, {pause * 1000:g} ms idle between calls"
+                            before = cpu_seconds([workers[target].proc.pid])
+                            rate = workers[target].rate(batch, args.seconds, pause)
+                            used = cpu_seconds([workers[target].proc.pid]) - before
+                            calls = int(rate * args.seconds) if not pause else None
+                            rates[str(c)].setdefault(label, []).append(round(rate, 1))
+                            if calls:
+                                cpu_ms[str(c)].setdefault(label, []).append(round(1000 * used / calls, 2))
                         continue
                     pids = process_tree(started[target.process][0].pid)
                     before = cpu_seconds(pids)

@@ -148,6 +148,89 @@ def scoring_cost(records: list[dict]) -> float:
     return round(1e6 * (time.process_time() - t0) / (5 * len(records)), 1)
 
 
+async def _asgi_post(app: Any, path: str, body: bytes) -> None:
+    """One POST through the app's ASGI interface, no sockets: what the app itself costs, not uvicorn and TCP."""
+    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    status: list[int] = []
+
+    async def receive() -> dict:
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    await app(scope, receive, send)
+    if status != [200]:
+        raise RuntimeError(f"{path} answered {status}")
+
+
+def stage_costs(records: list[dict], bodies: list[bytes], rounds: int = 3, passes: int = 10) -> dict[str, float]:
+    """Where a reward request's microseconds go: each app through its ASGI interface without sockets, and each
+    step of the reward endpoint alone, in this process (CPU µs per single-sample request, median of rounds)."""
+    from reward_server.app import SETTINGS_ENV, RewardRequest, ServerSettings, _answer, _score_batch, _validate_shape
+    from reward_server.spec import PRESETS
+    from searchrl.server import parse_json
+
+    settings = ServerSettings(spec=PRESETS[PRESET], preset=PRESET)
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    apps = {"reward endpoint": (bench_app(), "/get_reward"), "trivial endpoint": (bench_app(), "/trivial")}
+    apps["FastAPI echo endpoint"] = (echo_app(), "/echo")
+    parsed = [parse_json(b) for b in bodies]
+    requests = [RewardRequest.model_validate(d) for d in parsed]
+    golds = [_validate_shape(r, settings) for r in requests]
+    scored = [
+        [{"reward": x.reward, "score": x.score, "logs": x.logs} for x in _score_batch(r, g, settings.spec)]
+        for r, g in zip(requests, golds, strict=True)
+    ]
+    steps = {
+        "strict JSON parse": lambda i: parse_json(bodies[i]),
+        "validation into the request model": lambda i: RewardRequest.model_validate(parsed[i]),
+        "shape checks and golds": lambda i: _validate_shape(requests[i], settings),
+        "scoring (prompt split, parse, rules, metrics)": lambda i: _score_batch(requests[i], golds[i], settings.spec),
+        "answer encoding": lambda i: _answer(scored[i]),
+    }
+
+    async def through_app(app: Any, path: str) -> None:
+        for _ in range(passes):
+            for body in bodies:
+                await _asgi_post(app, path, body)
+
+    def each_step(step: Any) -> None:
+        for _ in range(passes):
+            for i in range(len(bodies)):
+                step(i)
+
+    samples: dict[str, list[float]] = {name: [] for name in [*apps, *steps]}
+    n = passes * len(bodies)
+    for _ in range(rounds):
+        for name, (app, path) in apps.items():
+            t0 = time.process_time()
+            asyncio.run(through_app(app, path))
+            samples[name].append(1e6 * (time.process_time() - t0) / n)
+        for name, step in steps.items():
+            t0 = time.process_time()
+            each_step(step)
+            samples[name].append(1e6 * (time.process_time() - t0) / n)
+    return {name: round(sorted(v)[len(v) // 2], 1) for name, v in samples.items()}
+
+
 def agent_bodies(records: list[dict]) -> list[bytes]:
     """What the agent sends at the end of an episode, with the searches the environment ran."""
     from searchrl.protocol import parse_solution
@@ -174,6 +257,11 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="server worker processes to measure")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/reward_server.json")
+    p.add_argument(
+        "--breakdown-only",
+        action="store_true",
+        help="only re-measure the in-process breakdown (no sockets) into the existing --out file",
+    )
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     p.add_argument("--serve-echo", type=int, help=argparse.SUPPRESS)
     p.add_argument("--serve-workers", type=int, default=1, help=argparse.SUPPRESS)
@@ -187,6 +275,12 @@ def main() -> int:
 
     records = [json.loads(line) for line in TRAJECTORIES.open()]
     bodies = agent_bodies(records)
+    if args.breakdown_only:
+        result = json.loads(args.out.read_text(encoding="utf-8"))
+        result["in_process_us_per_request"] = stage_costs(records, bodies)
+        args.out.write_text(json.dumps(result, indent=2))
+        print(json.dumps(result["in_process_us_per_request"], indent=1))
+        return 0
     rows = []
     procs: list[subprocess.Popen] = []
     endpoints: dict[str, str] = {}
@@ -260,6 +354,7 @@ def main() -> int:
         "target": "reward endpoint >= 0.8 of the FastAPI echo endpoint at concurrency 64, same worker count",
         "target_met": {str(r["workers"]): r["ratio_to_echo"] >= 0.8 for r in at64},
         "scoring_us_in_process": scoring_cost(records),
+        "in_process_us_per_request": stage_costs(records, bodies),
         "load_generator": "benchmarks/loadgen.py, raw HTTP/1.1 keep-alive connections on the same machine",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

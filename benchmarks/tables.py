@@ -316,7 +316,11 @@ def retrieval_projection() -> str:
 
 
 def _in_process_key(row: dict[str, Any], threads: int) -> str | None:
-    return next((k for k in row if k.startswith(f"in-process, {threads} thread")), None)
+    return next((k for k in row if k.startswith(f"in-process, {threads} thread") and "idle" not in k), None)
+
+
+def _idle_key(row: dict[str, Any]) -> str | None:
+    return next((k for k in row if k.startswith("in-process, 1 thread") and "idle" in k), None)
 
 
 def _paired(rounds: dict[str, list[float]], ours: str, theirs: str | None) -> str:
@@ -358,6 +362,13 @@ def retrieval_server() -> str:
                 table_,
             )
             for t in s["in_process_threads"]
+        ] + [
+            row(
+                f"in-process, 1 thread, one query per call, {idle.partition(', batch 1, ')[2]}",
+                lambda c: _idle_key(med[c]),
+                table_,
+            )
+            for idle in filter(None, [_idle_key(med[levels[0]])])
         ]
 
     rates = table(
@@ -377,6 +388,8 @@ def retrieval_server() -> str:
             "`/queries` / R1-Searcher, as shipped",
             "`/queries` / R1-Searcher, 1 thread",
             "`/search` / in-process, 1 thread",
+            "`/search` / in-process with idle between calls, 1 thread",
+            "`--threads 2` / in-process, 2 threads",
         ],
         [
             (
@@ -386,6 +399,8 @@ def retrieval_server() -> str:
                 _paired(rounds[c], "searchrl /queries", "R1-Searcher /queries"),
                 _paired(rounds[c], "searchrl /queries", "R1-Searcher /queries (1 thread)"),
                 f"**{_paired(rounds[c], 'searchrl /search', _in_process_key(rounds[c], 1))}**",
+                _paired(rounds[c], "searchrl /search", _idle_key(rounds[c])),
+                _paired(rounds[c], "searchrl --threads 2", _in_process_key(rounds[c], 2)),
             )
             for c in levels
         ],
@@ -452,7 +467,35 @@ def reward_server() -> str:
         ],
         [(met, cpu64, num(d["scoring_us_in_process"]))],
     )
-    return f"{head}\n\n{body}\n\n{extra}"
+    return f"{head}\n\n{body}\n\n{extra}\n\n{reward_breakdown(d)}"
+
+
+def reward_breakdown(d: dict) -> str:
+    """The in-process costs beside the served ones: what the app spends, and what uvicorn and TCP add."""
+    costs = d.get("in_process_us_per_request")
+    if not costs:
+        return ""
+    at64 = next(p for p in d["points"] if p["concurrency"] == 64 and p["workers"] == 1)
+    served = {
+        "reward endpoint": at64["reward"]["server_cpu_us_per_request"],
+        "trivial endpoint": at64["trivial"]["server_cpu_us_per_request"],
+        "FastAPI echo endpoint": at64["echo"]["server_cpu_us_per_request"],
+    }
+    rows = []
+    for name, us in costs.items():
+        if name in served:
+            rows.append((name, num(us), num(served[name]), num(served[name] - us)))
+        else:
+            rows.append((f"reward endpoint step: {name}", num(us), "", ""))
+    return table(
+        [
+            "CPU µs per single-sample request",
+            "in process, through the app's ASGI interface (no sockets)",
+            "served, 1 worker, concurrency 64",
+            "uvicorn, TCP and the event loop (difference)",
+        ],
+        rows,
+    )
 
 
 def load_table() -> str:

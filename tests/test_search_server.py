@@ -1,11 +1,13 @@
 import asyncio
 import json
+import time
 
 import aiohttp
 import httpx
 import pytest
 
-from search_backend.serve import ServerConfig, create_app
+import search_backend.serve as serve_module
+from search_backend.serve import SearchService, ServerConfig, create_app
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import QUERIES_1000, fixture_backend, fixture_queries
 
@@ -135,3 +137,32 @@ def test_bearer_token(monkeypatch):
         assert wrong.status_code == 401
         ok = httpx.post(f"{url}/search", json=body, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and len(ok.json()["results"][0]) == 1
+
+
+def test_freed_memory_is_handed_back_once_idle_not_between_calls(monkeypatch):
+    # Trimming after every large batch made the next batch fault the same pages back in; under load the
+    # server keeps them, and hands them back once no call has run for RELEASE_IDLE_S.
+    released: list[float] = []
+    monkeypatch.setattr(serve_module, "release_freed_memory", lambda: released.append(time.monotonic()))
+    monkeypatch.setattr(serve_module, "RELEASE_IDLE_S", 0.3)
+    queries = QUERIES_1000.read_text(encoding="utf-8").splitlines()
+    large = []
+    while sum(map(len, large)) < serve_module.RELEASE_AFTER_CHARS:
+        large.append(queries[len(large)])
+    service = SearchService(fixture_backend(), ServerConfig(batching=False, cache_size=0))
+
+    async def run() -> None:
+        for _ in range(3):
+            await service.search(large, 3)
+        assert released == []
+        await asyncio.sleep(0.6)
+        assert len(released) == 1
+        await service.search(large[:1], 3)
+        await asyncio.sleep(0.6)
+        assert len(released) == 1, "a small call leaves nothing to hand back"
+        await service.search(large, 3)
+        await service.stop()
+        await asyncio.sleep(0.6)
+        assert len(released) == 1, "a stopped service schedules nothing"
+
+    asyncio.run(run())
