@@ -371,10 +371,11 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
                             before = cpu_seconds([workers[target].proc.pid])
                             rate = workers[target].rate(batch, args.seconds, pause)
                             used = cpu_seconds([workers[target].proc.pid]) - before
-                            calls = int(rate * args.seconds) if not pause else None
                             rates[str(c)].setdefault(label, []).append(round(rate, 1))
-                            if calls:
-                                cpu_ms[str(c)].setdefault(label, []).append(round(1000 * used / calls, 2))
+                            if not pause:  # a paused block's rate counts only its time in calls
+                                cpu_ms[str(c)].setdefault(label, []).append(
+                                    round(1000 * used / (rate * args.seconds), 2)
+                                )
                         continue
                     pids = process_tree(started[target.process][0].pid)
                     before = cpu_seconds(pids)

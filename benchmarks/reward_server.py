@@ -134,20 +134,6 @@ def measure(
     return out
 
 
-def scoring_cost(records: list[dict]) -> float:
-    """Microseconds to score one of these samples in process: the work the trivial endpoint does not do."""
-    from reward_server.scoring import score_solution
-    from reward_server.spec import PRESETS
-    from searchrl.metrics import as_golds
-
-    spec = PRESETS[PRESET]
-    t0 = time.process_time()
-    for _ in range(5):
-        for r in records:
-            score_solution(r["gen_text_store"], as_golds(r["answer"]), spec, r["metadata"])
-    return round(1e6 * (time.process_time() - t0) / (5 * len(records)), 1)
-
-
 async def _asgi_post(app: Any, path: str, body: bytes) -> None:
     """One POST through the app's ASGI interface, no sockets: what the app itself costs, not uvicorn and TCP."""
     headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
@@ -353,7 +339,6 @@ def main() -> int:
         },
         "target": "reward endpoint >= 0.8 of the FastAPI echo endpoint at concurrency 64, same worker count",
         "target_met": {str(r["workers"]): r["ratio_to_echo"] >= 0.8 for r in at64},
-        "scoring_us_in_process": scoring_cost(records),
         "in_process_us_per_request": stage_costs(records, bodies),
         "load_generator": "benchmarks/loadgen.py, raw HTTP/1.1 keep-alive connections on the same machine",
     }

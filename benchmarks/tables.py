@@ -463,9 +463,8 @@ def reward_server() -> str:
         [
             "target at concurrency 64, requests/s",
             "echo CPU / reward CPU per request at 64",
-            "scoring alone, in process (µs/sample)",
         ],
-        [(met, cpu64, num(d["scoring_us_in_process"]))],
+        [(met, cpu64)],
     )
     return f"{head}\n\n{body}\n\n{extra}\n\n{reward_breakdown(d)}"
 
