@@ -264,6 +264,48 @@ def block(url: str, target: Target, queries: list[str], concurrency: int, second
     return result
 
 
+def idle_wake_cost(url: str, pid: int, idle_s: float = 0.015, rounds: int = 3) -> dict:
+    """Server CPU per `GET /health` (HTTP and the event loop only: no batch, no thread, no encode) back to back,
+    and with `idle_s` between requests (the time a lone query's encode leaves the event loop asleep). The
+    difference is what waking an idle thread costs on this machine, which a server at concurrency 1 pays and
+    an in-process loop never does."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    request = f"GET /health HTTP/1.1\r\nhost: {host}\r\n\r\n".encode()
+    costs: dict[str, list[float]] = {"back_to_back": [], "after_idle": []}
+    with socket.create_connection((host, int(port))) as conn:
+
+        def one() -> None:
+            conn.sendall(request)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"GET /health answered {head[:40]!r}")
+            lines = head.lower().split(b"\r\n")
+            length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
+            while len(body) < length:
+                body += conn.recv(65536)
+
+        for _ in range(200):
+            one()
+        for _ in range(rounds):
+            for name, count, pause in (("back_to_back", 2000, 0.0), ("after_idle", 300, idle_s)):
+                before = cpu_seconds([pid])
+                for _ in range(count):
+                    one()
+                    if pause:
+                        time.sleep(pause)
+                costs[name].append(1000 * (cpu_seconds([pid]) - before) / count)
+    return {
+        "endpoint": "GET /health",
+        "idle_ms": idle_s * 1000,
+        "server_cpu_ms_per_request": {k: round(statistics.median(v), 3) for k, v in costs.items()},
+    }
+
+
 def in_process_block(
     backend: LocalFaissBackend, queries: list[str], batch: int, seconds: float, pause_s: float = 0.0
 ) -> float:
@@ -386,6 +428,7 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
                         cpu_ms[str(c)].setdefault(target.name, []).append(round(1000 * used / result.requests, 2))
                     latency[str(c)].setdefault(target.name, []).append(round(result.p50_ms, 2))
                     errors[target.name] = errors.get(target.name, 0) + result.errors
+        wake = idle_wake_cost(started["searchrl"][1], started["searchrl"][0].pid)
     finally:
         for proc, _ in started.values():
             proc.terminate()
@@ -419,6 +462,7 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
         "median_cpu_ms_per_request": {
             c: {k: statistics.median(v) for k, v in row.items()} for c, row in cpu_ms.items()
         },
+        "idle_wake_cost": wake,
     }
 
 
@@ -458,6 +502,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ef-search", type=int, default=128)
     p.add_argument("--skip-index-types", action="store_true", help="servers only; other sections kept from --out")
     p.add_argument("--skip-server", action="store_true")
+    p.add_argument(
+        "--idle-cost-only",
+        action="store_true",
+        help="only the event loop's CPU per request back to back and after idling; other sections kept from --out",
+    )
     servers = p.add_argument_group("servers side by side")
     servers.add_argument(
         "--search-r1", type=Path, help="Search-R1's search_r1/search/retrieval_server.py, from a clone of its repo"
@@ -504,11 +553,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.variants = VARIANTS if args.variants is None else args.variants
     result: dict = {}
-    if args.skip_index_types:
+    if args.skip_index_types or args.idle_cost_only:
         result = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
     else:
         result = index_type_section(args)
-    if not args.skip_server:
+    if args.idle_cost_only:
+        index_dir = held_out_index(args.kiltmini, args.work_dir, *args.held_out)
+        cmd = server_processes(index_dir, args)["searchrl"]
+        probe = targets({"searchrl": cmd})[0]
+        proc, url = start_server(cmd, probe, args.work_dir / "searchrl.log")
+        try:
+            result.setdefault("servers", {})["idle_wake_cost"] = idle_wake_cost(url, proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        print(json.dumps(result["servers"]["idle_wake_cost"]), flush=True)
+    elif not args.skip_server:
         index_dir = held_out_index(args.kiltmini, args.work_dir, *args.held_out)
         queries = [q for q in args.queries.read_text(encoding="utf-8").splitlines() if q.strip()]
         servers = compare_servers(index_dir, queries, args)

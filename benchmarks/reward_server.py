@@ -170,7 +170,15 @@ async def _asgi_post(app: Any, path: str, body: bytes) -> None:
 def stage_costs(records: list[dict], bodies: list[bytes], rounds: int = 3, passes: int = 10) -> dict[str, float]:
     """Where a reward request's microseconds go: each app through its ASGI interface without sockets, and each
     step of the reward endpoint alone, in this process (CPU µs per single-sample request, median of rounds)."""
-    from reward_server.app import SETTINGS_ENV, RewardRequest, ServerSettings, _answer, _score_batch, _validate_shape
+    from reward_server.app import (
+        SETTINGS_ENV,
+        RewardRequest,
+        ServerSettings,
+        _answer,
+        _handle,
+        _score_batch,
+        _validate_shape,
+    )
     from reward_server.spec import PRESETS
     from searchrl.server import parse_json
 
@@ -191,6 +199,11 @@ def stage_costs(records: list[dict], bodies: list[bytes], rounds: int = 3, passe
         "shape checks and golds": lambda i: _validate_shape(requests[i], settings),
         "scoring (prompt split, parse, rules, metrics)": lambda i: _score_batch(requests[i], golds[i], settings.spec),
         "answer encoding": lambda i: _answer(scored[i]),
+        # The endpoint's work end to end without the framework: above the sum of the steps by what running
+        # them in turn costs (each evicting the others' code and data), below the app by the framework.
+        "every step in turn, without the app": lambda i: _answer(
+            [{"reward": x.reward, "score": x.score, "logs": x.logs} for x in _handle(bodies[i], settings)[2]]
+        ),
     }
 
     async def through_app(app: Any, path: str) -> None:

@@ -407,7 +407,21 @@ def retrieval_server() -> str:
     )
     commands = table(["process", "command"], [(name, f"`{cmd}`") for name, cmd in s["processes"].items()])
     note = "Ratios: the median over rounds of the ratio within a round."
-    return f"{head}\n\n{rates}\n\n{cpu_table}\n\n{note}\n\n{ratios}\n\n{commands}"
+    parts = [head, rates, cpu_table, note, ratios]
+    wake = s.get("idle_wake_cost")
+    if wake:
+        cost = wake["server_cpu_ms_per_request"]
+        parts.append(
+            table(
+                [f"`searchrl` server CPU ms per `{wake['endpoint']}` (event loop only)", "back to back"]
+                + [f"{wake['idle_ms']:g} ms idle between requests", "ratio"],
+                [
+                    ("median of 3 blocks", num(cost["back_to_back"], 2), num(cost["after_idle"], 2))
+                    + (num(cost["after_idle"] / cost["back_to_back"], 1),)
+                ],
+            )
+        )
+    return "\n\n".join([*parts, commands])
 
 
 def reward_server() -> str:

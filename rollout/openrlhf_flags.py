@@ -117,6 +117,31 @@ def _validation_statements(tree: ast.Module) -> list[ast.stmt]:
     raise RuntimeError("train_ppo_ray: no __main__ block found (OpenRLHF changed its layout)")
 
 
+def _standalone_imports(statements: list[ast.stmt], namespace: dict[str, Any]) -> list[ast.stmt]:
+    """`statements` less each `from openrlhf.X import name` whose module imports only the standard library:
+    that module is run from its own file (without its package's `__init__`, which imports torch and
+    transformers, 4 of a dry run's 6 s here) and the names bound in `namespace`. Others stay as written."""
+    package = _source_path().parent.parent
+    kept = []
+    for stmt in statements:
+        file = None
+        if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and (stmt.module or "").startswith("openrlhf."):
+            file = package.parent.joinpath(*stmt.module.split(".")).with_suffix(".py")
+        if file is None or not file.is_file():
+            kept.append(stmt)
+            continue
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+        imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+        if any(n.level or not all(_stdlib(m) for m in _imported(n)) for n in imports):
+            kept.append(stmt)
+            continue
+        module: dict[str, Any] = {"__name__": f"_openrlhf_standalone.{stmt.module}", "__file__": str(file)}
+        exec(compile(tree, str(file), "exec"), module)  # noqa: S102 - OpenRLHF's own module, run as it is
+        for alias in stmt.names:
+            namespace[alias.asname or alias.name] = module[alias.name]
+    return kept
+
+
 def validated_args(args: Sequence[str], path: str | None = None) -> Any:
     """The rendered flags parsed, nested (`args.rollout.batch_size`) and checked by OpenRLHF's own
     code after its parser: the assertions train_ppo_ray makes before it starts Ray. ValueError names
@@ -125,8 +150,9 @@ def validated_args(args: Sequence[str], path: str | None = None) -> Any:
     source = Path(path) if path else _source_path()
     tree = ast.parse(source.read_text(encoding="utf-8"))
     namespace: dict[str, Any] = {"args": parsed}
+    statements = _standalone_imports(_validation_statements(tree), namespace)
     try:
-        exec(compile(ast.Module(body=_validation_statements(tree), type_ignores=[]), str(source), "exec"), namespace)  # noqa: S102
+        exec(compile(ast.Module(body=statements, type_ignores=[]), str(source), "exec"), namespace)  # noqa: S102
     except AssertionError as e:
         raise ValueError(f"OpenRLHF {VERSION} refuses these flags: {e}") from None
     return namespace["args"]

@@ -335,3 +335,18 @@ def test_openrlhf_post_parse_checks_run(capsys):
     """The rendered flags go through the checks train_ppo_ray makes after parsing, before Ray starts."""
     assert submit.main(["stage1", "--dry-run", "openrlhf.rollout.n_samples_per_prompt=1"]) == 2
     assert "requires n_samples_per_prompt > 1" in capsys.readouterr().err
+
+
+def test_openrlhf_checks_run_without_importing_torch():
+    """A dry run checks the flags with OpenRLHF's own code but imports neither torch nor transformers (the
+    check's `hierarchize` comes from a stdlib-only module whose package __init__ imports both)."""
+    code = (
+        "import sys; from rollout import submit; rc = submit.main(['stage1', '--dry-run']); "
+        "heavy = sorted(m for m in ('torch', 'transformers', 'openrlhf.utils') if m in sys.modules); "
+        "print(rc, heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stderr[-2000:]
+    bad = code.replace("'--dry-run']", "'--dry-run', 'openrlhf.rollout.n_samples_per_prompt=1']")
+    out = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "2 []" and "requires n_samples_per_prompt > 1" in out.stderr
