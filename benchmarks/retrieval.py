@@ -269,39 +269,43 @@ def idle_wake_cost(url: str, pid: int, idle_s: float = 0.015, rounds: int = 3) -
     and with `idle_s` between requests (the time a lone query's encode leaves the event loop asleep). The
     difference is what waking an idle thread costs on this machine, which a server at concurrency 1 pays and
     an in-process loop never does."""
-    import socket
-
     host, port = url.removeprefix("http://").split(":")
-    request = f"GET /health HTTP/1.1\r\nhost: {host}\r\n\r\n".encode()
     costs: dict[str, list[float]] = {"back_to_back": [], "after_idle": []}
-    with socket.create_connection((host, int(port))) as conn:
 
-        def one() -> None:
-            conn.sendall(request)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
+    # Raw HTTP/1.1 on one keep-alive connection, as the load generator writes it: a heavier client would leave
+    # the server idle between "back to back" requests too.
+    async def run() -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+
+        async def one() -> None:
+            writer.write(b"GET /health HTTP/1.1\r\nHost: %s\r\n\r\n" % host.encode())
+            head = await reader.readuntil(b"\r\n\r\n")
             if not head.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"GET /health answered {head[:40]!r}")
             lines = head.lower().split(b"\r\n")
-            length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
-            while len(body) < length:
-                body += conn.recv(65536)
+            await reader.readexactly(
+                int(next(line.split(b":")[1] for line in lines if line.startswith(b"content-length")))
+            )
 
-        for _ in range(200):
-            one()
-        for _ in range(rounds):
-            for name, count, pause in (("back_to_back", 2000, 0.0), ("after_idle", 300, idle_s)):
-                before = cpu_seconds([pid])
-                for _ in range(count):
-                    one()
-                    if pause:
-                        time.sleep(pause)
-                costs[name].append(1000 * (cpu_seconds([pid]) - before) / count)
+        try:
+            for _ in range(200):
+                await one()
+            for _ in range(rounds):
+                for name, count, pause in (("back_to_back", 2000, 0.0), ("after_idle", 300, idle_s)):
+                    before = cpu_seconds([pid])
+                    for _ in range(count):
+                        await one()
+                        if pause:
+                            await asyncio.sleep(pause)
+                    costs[name].append(1000 * (cpu_seconds([pid]) - before) / count)
+        finally:
+            writer.close()
+
+    asyncio.run(run())
     return {
         "endpoint": "GET /health",
         "idle_ms": idle_s * 1000,
+        "blocks": rounds,
         "server_cpu_ms_per_request": {k: round(statistics.median(v), 3) for k, v in costs.items()},
     }
 

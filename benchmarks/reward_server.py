@@ -167,16 +167,16 @@ async def _asgi_post(app: Any, path: str, body: bytes) -> None:
         raise RuntimeError(f"{path} answered {status}")
 
 
-def stage_costs(records: list[dict], bodies: list[bytes], rounds: int = 3, passes: int = 10) -> dict[str, float]:
+def stage_costs(bodies: list[bytes], rounds: int = 3, passes: int = 10) -> dict[str, float]:
     """Where a reward request's microseconds go: each app through its ASGI interface without sockets, and each
     step of the reward endpoint alone, in this process (CPU µs per single-sample request, median of rounds)."""
     from reward_server.app import (
         SETTINGS_ENV,
         RewardRequest,
         ServerSettings,
-        _answer,
         _handle,
         _score_batch,
+        _scored_answer,
         _validate_shape,
     )
     from reward_server.spec import PRESETS
@@ -189,21 +189,16 @@ def stage_costs(records: list[dict], bodies: list[bytes], rounds: int = 3, passe
     parsed = [parse_json(b) for b in bodies]
     requests = [RewardRequest.model_validate(d) for d in parsed]
     golds = [_validate_shape(r, settings) for r in requests]
-    scored = [
-        [{"reward": x.reward, "score": x.score, "logs": x.logs} for x in _score_batch(r, g, settings.spec)]
-        for r, g in zip(requests, golds, strict=True)
-    ]
+    scored = [_score_batch(r, g, settings.spec) for r, g in zip(requests, golds, strict=True)]
     steps = {
         "strict JSON parse": lambda i: parse_json(bodies[i]),
         "validation into the request model": lambda i: RewardRequest.model_validate(parsed[i]),
         "shape checks and golds": lambda i: _validate_shape(requests[i], settings),
         "scoring (prompt split, parse, rules, metrics)": lambda i: _score_batch(requests[i], golds[i], settings.spec),
-        "answer encoding": lambda i: _answer(scored[i]),
+        "answer encoding": lambda i: _scored_answer(scored[i]),
         # The endpoint's work end to end without the framework: above the sum of the steps by what running
         # them in turn costs (each evicting the others' code and data), below the app by the framework.
-        "every step in turn, without the app": lambda i: _answer(
-            [{"reward": x.reward, "score": x.score, "logs": x.logs} for x in _handle(bodies[i], settings)[2]]
-        ),
+        "every step in turn, without the app": lambda i: _scored_answer(_handle(bodies[i], settings)[2]),
     }
 
     async def through_app(app: Any, path: str) -> None:
@@ -276,7 +271,7 @@ def main() -> int:
     bodies = agent_bodies(records)
     if args.breakdown_only:
         result = json.loads(args.out.read_text(encoding="utf-8"))
-        result["in_process_us_per_request"] = stage_costs(records, bodies)
+        result["in_process_us_per_request"] = stage_costs(bodies)
         args.out.write_text(json.dumps(result, indent=2))
         print(json.dumps(result["in_process_us_per_request"], indent=1))
         return 0
@@ -352,7 +347,7 @@ def main() -> int:
         },
         "target": "reward endpoint >= 0.8 of the FastAPI echo endpoint at concurrency 64, same worker count",
         "target_met": {str(r["workers"]): r["ratio_to_echo"] >= 0.8 for r in at64},
-        "in_process_us_per_request": stage_costs(records, bodies),
+        "in_process_us_per_request": stage_costs(bodies),
         "load_generator": "benchmarks/loadgen.py, raw HTTP/1.1 keep-alive connections on the same machine",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

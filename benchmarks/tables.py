@@ -416,7 +416,7 @@ def retrieval_server() -> str:
                 [f"`searchrl` server CPU ms per `{wake['endpoint']}` (event loop only)", "back to back"]
                 + [f"{wake['idle_ms']:g} ms idle between requests", "ratio"],
                 [
-                    ("median of 3 blocks", num(cost["back_to_back"], 2), num(cost["after_idle"], 2))
+                    (f"median of {wake['blocks']} blocks", num(cost["back_to_back"], 2), num(cost["after_idle"], 2))
                     + (num(cost["after_idle"] / cost["back_to_back"], 1),)
                 ],
             )

@@ -226,6 +226,11 @@ def _answer(records: list[dict[str, Any]]) -> bytes:
     return to_json(out)
 
 
+def _scored_answer(results: list[SampleScore]) -> bytes:
+    """The response body for freshly scored samples."""
+    return _answer([{"reward": r.reward, "score": r.score, "logs": r.logs} for r in results])
+
+
 def create_app(settings: ServerSettings) -> FastAPI:
     state: dict[str, Any] = {"log": None, "scored": 0, "started": time.time()}
     answers = RecentAnswers()
@@ -317,7 +322,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 for i, (q, g, r) in enumerate(zip(req.query, golds, results, strict=True))
             ]
             await run_in_threadpool(state["log"].write, records)
-        return _answer([{"reward": r.reward, "score": r.score, "logs": r.logs} for r in results])
+        return _scored_answer(results)
 
     return app
 

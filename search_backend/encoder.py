@@ -45,6 +45,7 @@ class Encoder:
         self.dimension = int(get_dimension())
         self._check_pooling()
         self.direct = self._plain_text_pipeline()
+        self._preprocess = getattr(self.model, "preprocess", None) or self.model.tokenize  # ST < 6: tokenize
 
     def _check_pooling(self) -> None:
         for module in self.model:
@@ -79,11 +80,10 @@ class Encoder:
         MiniLM on one CPU thread, paid by every lone query a server answers (docs/SEARCH.md)."""
         import torch
 
-        preprocess = getattr(self.model, "preprocess", None) or self.model.tokenize  # ST < 6: tokenize
         with torch.inference_mode():
             features = {
                 name: value.to(self.device) if isinstance(value, torch.Tensor) else value
-                for name, value in preprocess(texts).items()
+                for name, value in self._preprocess(texts).items()
             }
             vectors = self.model(features)["sentence_embedding"]
             if self.profile.normalize:
