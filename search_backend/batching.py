@@ -43,7 +43,11 @@ class MicroBatcher:
     closed loop those callers come back as soon as they are answered), and at most `max_wait_s`: a
     lone caller never waits, many callers still share one call. It then takes a fair share of every waiting
     request: a request of a thousand queries is served `max_batch` at a time alongside the others
-    instead of ahead of them, so one large request cannot starve small ones. A batch also holds at
+    instead of ahead of them, so one large request cannot starve small ones. Once at least `2 * split_min`
+    queries are in flight (waiting, or in the batch just answered), a batch takes at most half of them: the
+    callers fall into two halves, and the event loop writes one half's answers and reads its next requests
+    while the encoder works through the other half, instead of the encoder waiting on the loop between
+    batches (docs/SEARCH.md has the measurements; 0 never splits). A batch also holds at
     most `max_batch_chars` characters of queries (at least one query), which bounds the encoder's
     activation memory when queries are long. Requests with different
     top_k run as separate calls so each gets exactly what it would get alone. When a call fails and
@@ -51,16 +55,25 @@ class MicroBatcher:
     """
 
     def __init__(
-        self, search: SearchFn, max_batch: int = 64, max_wait_s: float = 0.002, max_batch_chars: int = 8192
+        self,
+        search: SearchFn,
+        max_batch: int = 64,
+        max_wait_s: float = 0.002,
+        max_batch_chars: int = 8192,
+        split_min: int = 16,
     ) -> None:
         self._search = search
         self.max_batch = max_batch
+        self.split_min = split_min
         self.max_batch_chars = max_batch_chars
         self.max_wait_s = max_wait_s
         self._waiting: deque[_Pending] = deque()
         self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
         self._last_callers = 1
+        self._last_queries = 0  # queries in the last batch
+        self._last_finished = 0  # requests that batch answered in full
+        self._room = max_batch
         self.batches = 0
         self.batched_queries = 0
         self.retried_alone = 0
@@ -92,9 +105,21 @@ class MicroBatcher:
 
     def _full(self) -> bool:
         requests, queries = self._queued()
-        return requests >= self._last_callers or queries >= self.max_batch
+        return requests >= self._last_callers or queries >= self._room
+
+    def _batch_room(self) -> int:
+        """Queries the next batch may take, set when the encoder frees: half of those in flight once they are
+        at least 2 * split_min from at least two callers, else max_batch. Halves of 8 measured slower than whole
+        batches of 16 (the encoder lost to the overlapping loop what the overlap saved); halves of 16 and 32 were
+        faster (docs/SEARCH.md). One caller's request gains nothing: it is answered only once all of it is done."""
+        requests, queries = self._queued()
+        in_flight = queries + self._last_queries
+        if self.split_min and requests + self._last_finished >= 2 and in_flight >= 2 * self.split_min:
+            return min(self.max_batch, in_flight // 2)
+        return self.max_batch
 
     async def _wait_for_batch(self) -> None:
+        self._room = self._batch_room()
         while not self._waiting:
             self._arrived.clear()
             await self._arrived.wait()
@@ -112,7 +137,7 @@ class MicroBatcher:
         active = [p for p in self._waiting if not p.future.done()]
         self._waiting.clear()
         slices: list[_Slice] = []
-        room, chars = self.max_batch, self.max_batch_chars
+        room, chars = self._room, self.max_batch_chars
         share = max(1, room // max(1, len(active)))
         for round_share in (share, room):
             for request in active:
@@ -129,6 +154,8 @@ class MicroBatcher:
                     request.handed = stop
         self._waiting.extend(p for p in active if p.handed < len(p.queries))
         self._last_callers = max(1, len({id(s.request) for s in slices}))
+        self._last_queries = sum(s.stop - s.start for s in slices)
+        self._last_finished = len({id(s.request) for s in slices if s.stop == len(s.request.queries)})
         return slices
 
     async def _run(self) -> None:
@@ -185,6 +212,7 @@ class MicroBatcher:
             "max_batch": self.max_batch,
             "max_wait_ms": self.max_wait_s * 1000,
             "max_batch_chars": self.max_batch_chars,
+            "split_min": self.split_min,
             "batches": self.batches,
             "mean_batch": self.batched_queries / self.batches if self.batches else 0.0,
             "retried_alone": self.retried_alone,

@@ -53,6 +53,12 @@ class ServerConfig(IndexSettings):
     max_batch: int = Field(default=64, ge=1)
     max_batch_chars: int = Field(default=8192, ge=1, description="query characters per batch (encoder memory)")
     max_wait_ms: float = Field(default=2.0, ge=0)
+    split_min: int = Field(
+        default=16,
+        ge=0,
+        description="with at least twice this many queries in flight, each batch takes half of them, so the "
+        "encoder works while the event loop answers the other half (0: never split)",
+    )
     cache_size: int = Field(default=100_000, ge=0)
     max_top_k: int = Field(default=100, ge=1)
     max_queries: int = Field(default=1024, ge=1)
@@ -148,7 +154,9 @@ class SearchService:
         self._release: asyncio.TimerHandle | None = None
         self._large_since_release = False
         self.batcher = (
-            MicroBatcher(self._search, config.max_batch, config.max_wait_ms / 1000, config.max_batch_chars)
+            MicroBatcher(
+                self._search, config.max_batch, config.max_wait_ms / 1000, config.max_batch_chars, config.split_min
+            )
             if config.batching
             else None
         )
@@ -455,6 +463,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-wait-ms", type=float, default=_default("max_wait_ms"), help="longest a batch waits for more requests"
     )
+    p.add_argument("--split-min", type=int, default=_default("split_min"), help=_help("split_min"))
     p.add_argument("--cache-size", type=int, default=_default("cache_size"), help="LRU result-cache entries (0: off)")
     p.add_argument("--max-top-k", type=int, default=_default("max_top_k"))
     p.add_argument("--max-queries", type=int, default=_default("max_queries"), help="most queries in one request")
@@ -504,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         batching=not args.no_batching,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,
+        split_min=args.split_min,
         cache_size=args.cache_size,
         max_top_k=args.max_top_k,
         max_queries=args.max_queries,

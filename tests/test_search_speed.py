@@ -61,6 +61,58 @@ def test_callers_that_come_back_keep_sharing_calls():
     assert len(calls) <= 8, calls
 
 
+def closed_loop_calls(callers: int, rounds: int, split_min: int, queries_per_request: int = 1) -> list[int]:
+    """Sizes of the backend calls made for `callers` that each send their next request once answered."""
+    calls: list[int] = []
+
+    async def caller(batcher: MicroBatcher, i: int) -> None:
+        for r in range(rounds):
+            await batcher.search([f"query {i} {r} {q}" for q in range(queries_per_request)], 3)
+
+    async def run() -> None:
+        batcher = MicroBatcher(counting_search(calls, 0.005), max_batch=64, max_wait_s=1.0, split_min=split_min)
+        batcher.start()
+        try:
+            await asyncio.wait_for(asyncio.gather(*(caller(batcher, i) for i in range(callers))), 60)
+        finally:
+            await batcher.stop()
+
+    asyncio.run(run())
+    assert sum(calls) == callers * rounds * queries_per_request
+    return calls
+
+
+def test_many_callers_fall_into_two_halves_that_take_turns():
+    # 64 callers: after the first call carries everyone, each call takes half, the other half being answered
+    # and coming back meanwhile; a whole batch of 64 would leave the encoder idle while the loop does that.
+    calls = closed_loop_calls(64, 6, split_min=16)
+    assert calls[0] == 64 and calls[1:] == [32] * 10, calls
+    assert closed_loop_calls(64, 6, split_min=0) == [64] * 6
+
+
+def test_halves_are_not_taken_below_twice_split_min_or_from_one_caller():
+    assert closed_loop_calls(16, 5, split_min=16) == [16] * 5
+    assert closed_loop_calls(31, 3, split_min=16) == [31] * 3
+    # One caller gains nothing from halves: its request is answered only once all of it is done.
+    assert closed_loop_calls(1, 4, split_min=16, queries_per_request=40) == [40] * 4
+    assert closed_loop_calls(1, 1, split_min=16, queries_per_request=200) == [64, 64, 64, 8]
+
+
+def test_split_min_is_a_server_option(monkeypatch):
+    import uvicorn
+
+    from search_backend import serve as serve_module
+
+    configs: list[ServerConfig] = []
+    monkeypatch.setattr(serve_module, "create_app", lambda config: configs.append(config))
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    serve_module.main(["--index", "unused"])
+    serve_module.main(["--index", "unused", "--split-min", "0"])
+    assert [c.split_min for c in configs] == [16, 0]
+    service = serve_module.SearchService(fixture_backend(), configs[1])
+    assert service.batcher is not None and service.batcher.stats()["split_min"] == 0
+
+
 def test_the_server_leaves_a_core_to_its_event_loop(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert default_threads() == 1
