@@ -73,7 +73,6 @@ class MicroBatcher:
         self._last_callers = 1
         self._last_queries = 0  # queries in the last batch
         self._last_finished = 0  # requests that batch answered in full
-        self._room = max_batch
         self.batches = 0
         self.batched_queries = 0
         self.retried_alone = 0
@@ -103,9 +102,9 @@ class MicroBatcher:
         active = [p for p in self._waiting if not p.future.done()]
         return len(active), sum(len(p.queries) - p.handed for p in active)
 
-    def _full(self) -> bool:
+    def _full(self, room: int) -> bool:
         requests, queries = self._queued()
-        return requests >= self._last_callers or queries >= self._room
+        return requests >= self._last_callers or queries >= room
 
     def _batch_room(self) -> int:
         """Queries the next batch may take, set when the encoder frees: half of those in flight once they are
@@ -118,26 +117,28 @@ class MicroBatcher:
             return min(self.max_batch, in_flight // 2)
         return self.max_batch
 
-    async def _wait_for_batch(self) -> None:
-        self._room = self._batch_room()
+    async def _wait_for_batch(self) -> int:
+        """Wait until a batch should start; returns the queries it may take."""
+        room = self._batch_room()
         while not self._waiting:
             self._arrived.clear()
             await self._arrived.wait()
         deadline = asyncio.get_running_loop().time() + self.max_wait_s
-        while not self._full():
+        while not self._full(room):
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 break
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
+        return room
 
-    def _take(self) -> list[_Slice]:
+    def _take(self, room: int) -> list[_Slice]:
         """A fair share of every waiting request: each gets max_batch // waiting, then the rest in order."""
         active = [p for p in self._waiting if not p.future.done()]
         self._waiting.clear()
         slices: list[_Slice] = []
-        room, chars = self._room, self.max_batch_chars
+        chars = self.max_batch_chars
         share = max(1, room // max(1, len(active)))
         for round_share in (share, room):
             for request in active:
@@ -160,8 +161,7 @@ class MicroBatcher:
 
     async def _run(self) -> None:
         while True:
-            await self._wait_for_batch()
-            slices = self._take()
+            slices = self._take(await self._wait_for_batch())
             by_k: dict[int, list[_Slice]] = defaultdict(list)
             for s in slices:
                 by_k[s.request.top_k].append(s)

@@ -98,21 +98,6 @@ def test_halves_are_not_taken_below_twice_split_min_or_from_one_caller():
     assert closed_loop_calls(1, 1, split_min=16, queries_per_request=200) == [64, 64, 64, 8]
 
 
-def test_split_min_is_a_server_option(monkeypatch):
-    import uvicorn
-
-    from search_backend import serve as serve_module
-
-    configs: list[ServerConfig] = []
-    monkeypatch.setattr(serve_module, "create_app", lambda config: configs.append(config))
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
-    serve_module.main(["--index", "unused"])
-    serve_module.main(["--index", "unused", "--split-min", "0"])
-    assert [c.split_min for c in configs] == [16, 0]
-    service = serve_module.SearchService(fixture_backend(), configs[1])
-    assert service.batcher is not None and service.batcher.stats()["split_min"] == 0
-
-
 def test_the_server_leaves_a_core_to_its_event_loop(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert default_threads() == 1
@@ -133,8 +118,11 @@ def test_the_command_sizes_the_thread_pools_and_create_app_leaves_them_alone(mon
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     serve_module.main(["--index", "unused"])
-    serve_module.main(["--index", "unused", "--threads", "2"])
+    serve_module.main(["--index", "unused", "--threads", "2", "--split-min", "0"])
     assert [c.threads for c in configs] == [3, 2]
+    assert [c.split_min for c in configs] == [16, 0]
+    service = serve_module.SearchService(fixture_backend(), configs[1])
+    assert service.batcher is not None and service.batcher.stats()["split_min"] == 0
 
     before = torch.get_num_threads()
     with running_server(create_app(ServerConfig(cache_size=0), backend=fixture_backend())) as url:
