@@ -43,7 +43,7 @@ FULL_KILT_DIM = 1024
 BGE_LARGE_COST_RATIO = 335 / 22.7
 QUERIES = ROOT / "tests/fixtures/search/queries_1000.txt"
 TOP_K = 3
-VARIANTS = ["--threads 2", "--max-wait-ms 0", "--split-min 0"]
+VARIANTS = ["--threads 2", "--max-wait-ms 0", "--split-min 16", "--forward-batch 64 --split-min 16"]
 
 
 def load_queries(path: Path) -> list[dict]:

@@ -43,11 +43,12 @@ class MicroBatcher:
     closed loop those callers come back as soon as they are answered), and at most `max_wait_s`: a
     lone caller never waits, many callers still share one call. It then takes a fair share of every waiting
     request: a request of a thousand queries is served `max_batch` at a time alongside the others
-    instead of ahead of them, so one large request cannot starve small ones. Once at least `2 * split_min`
-    queries are in flight (waiting, or in the batch just answered), a batch takes at most half of them: the
-    callers fall into two halves, and the event loop writes one half's answers and reads its next requests
-    while the encoder works through the other half, instead of the encoder waiting on the loop between
-    batches (docs/SEARCH.md has the measurements; 0 never splits). A batch also holds at
+    instead of ahead of them, so one large request cannot starve small ones. With `split_min` set, once at
+    least `2 * split_min` queries are in flight (waiting, or in the batch just answered), a batch takes at most
+    half of them: the callers fall into two halves, and the event loop writes one half's answers and reads its
+    next requests while the encoder works through the other half. That paid when each batch was one forward
+    pass; with the encoder's shortest-first chunks whole batches measured faster, so 0 (never split) is the
+    default (docs/SEARCH.md has the measurements). A batch also holds at
     most `max_batch_chars` characters of queries (at least one query), which bounds the encoder's
     activation memory when queries are long. Requests with different
     top_k run as separate calls so each gets exactly what it would get alone. When a call fails and
@@ -60,7 +61,7 @@ class MicroBatcher:
         max_batch: int = 64,
         max_wait_s: float = 0.002,
         max_batch_chars: int = 8192,
-        split_min: int = 16,
+        split_min: int = 0,
     ) -> None:
         self._search = search
         self.max_batch = max_batch
@@ -108,9 +109,9 @@ class MicroBatcher:
 
     def _batch_room(self) -> int:
         """Queries the next batch may take, set when the encoder frees: half of those in flight once they are
-        at least 2 * split_min from at least two callers, else max_batch. Halves of 8 measured slower than whole
-        batches of 16 (the encoder lost to the overlapping loop what the overlap saved); halves of 16 and 32 were
-        faster (docs/SEARCH.md). One caller's request gains nothing: it is answered only once all of it is done."""
+        at least 2 * split_min from at least two callers, else max_batch. With one forward pass per batch, halves
+        of 8 measured slower than whole batches of 16 and halves of 16 and 32 faster (docs/SEARCH.md). One
+        caller's request gains nothing: it is answered only once all of it is done."""
         requests, queries = self._queued()
         in_flight = queries + self._last_queries
         if self.split_min and requests + self._last_finished >= 2 and in_flight >= 2 * self.split_min:

@@ -23,6 +23,12 @@ class IndexSettings(BaseModel):
     rerank_depth: int = Field(
         default=DEFAULT_RERANK_DEPTH, ge=1, description="compact index type: candidates re-scored exactly per query"
     )
+    forward_batch: int | None = Field(
+        default=None,
+        ge=1,
+        description="queries per encoder forward pass: a batch runs shortest first in chunks of this size "
+        "(default: 16 on CPU, the whole batch on CUDA)",
+    )
     hybrid: HybridConfig = Field(default_factory=HybridConfig, description="fusion settings, for backend: hybrid")
 
     def index_settings(self) -> dict:

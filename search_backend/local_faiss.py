@@ -81,6 +81,7 @@ class LocalFaissBackend:
         query_batch_size: int = 64,
         rerank_depth: int = DEFAULT_RERANK_DEPTH,
         devices: list[str] | None = None,
+        forward_batch: int | None = None,
     ) -> None:
         self.index_dir = Path(index_dir)
         self.manifest = load_manifest(self.index_dir)
@@ -112,6 +113,7 @@ class LocalFaissBackend:
                 device=device,
                 profile=profile,
                 max_seq_length=self.manifest.get("build", {}).get("max_seq_length"),
+                forward_batch=forward_batch,
             )
         if encoder.dimension != self.manifest["dimension"]:
             raise IndexValidationError(
@@ -133,6 +135,7 @@ class LocalFaissBackend:
             nprobe=config.nprobe,
             ef_search=config.ef_search,
             rerank_depth=config.rerank_depth,
+            forward_batch=config.forward_batch,
         )
 
     def _load(

@@ -54,10 +54,10 @@ class ServerConfig(IndexSettings):
     max_batch_chars: int = Field(default=8192, ge=1, description="query characters per batch (encoder memory)")
     max_wait_ms: float = Field(default=2.0, ge=0)
     split_min: int = Field(
-        default=16,
+        default=0,
         ge=0,
         description="with at least twice this many queries in flight, each batch takes half of them, so the "
-        "encoder works while the event loop answers the other half (0: never split)",
+        "encoder works while the event loop answers the other half (0: never; pays with --forward-batch 64)",
     )
     cache_size: int = Field(default=100_000, ge=0)
     max_top_k: int = Field(default=100, ge=1)
@@ -456,6 +456,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rrf-k", type=float, default=HybridConfig().rrf_k, help="hybrid: reciprocal-rank offset")
     p.add_argument("--ef-search", type=int, default=_default("ef_search"), help=_help("ef_search"))
+    p.add_argument("--forward-batch", type=int, default=_default("forward_batch"), help=_help("forward_batch"))
     p.add_argument("--no-batching", action="store_true", help="run each request on its own")
     p.add_argument(
         "--max-batch", type=int, default=_default("max_batch"), help="most queries coalesced into one batch"
@@ -510,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         device=args.device,
         nprobe=args.nprobe,
         ef_search=args.ef_search,
+        forward_batch=args.forward_batch,
         batching=not args.no_batching,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,

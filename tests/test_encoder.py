@@ -4,6 +4,7 @@ for models where `encode` would add something."""
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 import pytest
@@ -60,3 +61,52 @@ def test_a_model_whose_encode_adds_a_prompt_is_not_encoded_directly(monkeypatch)
     # ... and the prompt did change the vectors, so the comparison above is not vacuous.
     monkeypatch.setattr(enc.model, "default_prompt_name", None)
     assert np.abs(vectors - through_encode(QUERIES[:3])).max() > 1e-3
+
+
+def recorded_chunks(enc, monkeypatch) -> list[list[str]]:
+    chunks: list[list[str]] = []
+    original = enc._forward
+    monkeypatch.setattr(enc, "_forward", lambda texts: chunks.append(texts) or original(texts))
+    return chunks
+
+
+@pytest.mark.parametrize(("size", "expected"), [(16, [16]), (17, [9, 8]), (40, [14, 13, 13]), (64, [16] * 4)])
+def test_a_batch_runs_shortest_first_in_near_equal_chunks(size, expected, monkeypatch):
+    enc = encoder()
+    assert enc.forward_batch == 16  # the CPU default
+    # Lengths from 1 to ~200 characters in no order, so a chunking that ignored length would mix them.
+    batch = [QUERIES[i] + " x" * (i * 37 % size) for i in range(300, 300 + size)]
+    chunks = recorded_chunks(enc, monkeypatch)
+    vectors = enc.encode_queries(batch)
+    assert [len(c) for c in chunks] == expected
+    # Every query of a chunk is at most as long as every query of the next one.
+    for shorter, longer in itertools.pairwise(chunks):
+        assert max(map(len, shorter)) <= min(map(len, longer))
+    # Each vector is its own query's, in input order, as `encode` gives it.
+    np.testing.assert_allclose(vectors, through_encode(batch), rtol=0, atol=1e-6)
+
+
+def test_forward_batch_is_a_setting_of_the_index_and_the_server(monkeypatch):
+    import uvicorn
+
+    from search_backend import serve as serve_module
+    from search_backend.config import SearchConfig
+    from search_backend.local_faiss import LocalFaissBackend
+    from tests.test_search_fixtures import fixture_index
+
+    enc = encoder()
+    monkeypatch.setattr(enc, "forward_batch", 64)
+    chunks = recorded_chunks(enc, monkeypatch)
+    enc.encode_queries(QUERIES[:40])
+    assert [len(c) for c in chunks] == [40]
+
+    backend = LocalFaissBackend.from_config(SearchConfig(index_dir=fixture_index(), forward_batch=8))
+    assert backend.encoder.forward_batch == 8
+    configs: list = []
+    monkeypatch.setattr(serve_module, "create_app", lambda config: configs.append(config))
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    serve_module.main(["--index", "unused"])
+    serve_module.main(["--index", "unused", "--forward-batch", "64"])
+    assert [c.forward_batch for c in configs] == [None, 64]
+    with pytest.raises(ValueError, match="forward_batch"):
+        SearchConfig(forward_batch=0)

@@ -118,11 +118,11 @@ def test_the_command_sizes_the_thread_pools_and_create_app_leaves_them_alone(mon
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     serve_module.main(["--index", "unused"])
-    serve_module.main(["--index", "unused", "--threads", "2", "--split-min", "0"])
+    serve_module.main(["--index", "unused", "--threads", "2", "--split-min", "16"])
     assert [c.threads for c in configs] == [3, 2]
-    assert [c.split_min for c in configs] == [16, 0]
+    assert [c.split_min for c in configs] == [0, 16]
     service = serve_module.SearchService(fixture_backend(), configs[1])
-    assert service.batcher is not None and service.batcher.stats()["split_min"] == 0
+    assert service.batcher is not None and service.batcher.stats()["split_min"] == 16
 
     before = torch.get_num_threads()
     with running_server(create_app(ServerConfig(cache_size=0), backend=fixture_backend())) as url:
