@@ -134,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.file.is_file():
         raise SystemExit(f"--file {args.file}: not found; give the path of the peer's server file in a clone")
     if args.threads:
-        from search_backend.serve import set_cpu_threads
+        from search_backend.cpu_threads import set_threads
 
-        set_cpu_threads(args.threads)
+        set_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="searchrl-peer-") as work:
         if args.peer == "search-r1":
             search_r1(args.file, args.index, args.port, Path(work))

@@ -32,6 +32,7 @@ from tqdm import tqdm  # noqa: E402
 from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
 from rollout.service import free_port  # noqa: E402
 from search_backend.build_index import EMBED_DIR, build  # noqa: E402
+from search_backend.cpu_threads import SPIN_COUNT  # noqa: E402
 from search_backend.faiss_import import faiss  # noqa: E402
 from search_backend.faiss_index import build_index, effective_factory, set_search_params  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
@@ -43,7 +44,7 @@ FULL_KILT_DIM = 1024
 BGE_LARGE_COST_RATIO = 335 / 22.7
 QUERIES = ROOT / "tests/fixtures/search/queries_1000.txt"
 TOP_K = 3
-VARIANTS = ["--threads 2", "--max-wait-ms 0", "--split-min 16", "--forward-batch 64 --split-min 16"]
+VARIANTS = ["--threads 1", "--threads 2", "--max-wait-ms 0", "--split-min 16", "--forward-batch 64 --split-min 16"]
 
 
 def load_queries(path: Path) -> list[dict]:
@@ -236,6 +237,19 @@ def targets(processes: dict[str, list[str]]) -> list[Target]:
     return found
 
 
+def thread_counts_of(url: str, target: Target) -> tuple[int, int] | None:
+    """(backend calls on every core, backend calls) so far, for our servers with `--threads auto`."""
+    import httpx
+
+    if not target.process.startswith("searchrl"):
+        return None
+    health = httpx.get(f"{url}/health", timeout=30).json()
+    threads = health.get("cpu_threads") or {}
+    if "searches_on_every_core" not in threads or not str(threads.get("threads", "")).startswith("auto"):
+        return None
+    return threads["searches_on_every_core"], health["batching"]["batches"]
+
+
 def start_server(cmd: list[str], probe: Target, log: Path) -> tuple[subprocess.Popen, str]:
     """The process started and answering a real request on `probe.path` (the peers have no health check)."""
     import httpx
@@ -336,9 +350,9 @@ IDLE_PAUSE_S = 0.001
 def in_process_worker(index_dir: Path, queries_file: Path, threads: int) -> None:
     """A process of its own per thread count, set once at start as the server sets it: each stdin line
     `BATCH SECONDS` is answered with the queries/s of one block."""
-    from search_backend.serve import set_cpu_threads
+    from search_backend.cpu_threads import set_threads
 
-    set_cpu_threads(threads)
+    set_threads(threads)
     backend = LocalFaissBackend(index_dir)
     queries = [q for q in queries_file.read_text(encoding="utf-8").splitlines() if q.strip()]
     in_process_block(backend, queries, 1, 1.0)
@@ -355,8 +369,10 @@ class InProcess:
         cmd = [sys.executable, "-m", "benchmarks.retrieval", "--kiltmini", str(args.kiltmini), "--index-worker"]
         cmd += [str(index_dir), "--queries", str(args.queries), "--in-process-threads", str(threads)]
         self.threads = threads
+        # The OpenMP spin count our server sets for itself (search_backend/cpu_threads.py); the peers keep theirs.
+        env = {**os.environ, "GOMP_SPINCOUNT": SPIN_COUNT}
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
         )
         if self.proc.stdout is None or self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"in-process worker ({threads} threads) did not start")
@@ -395,6 +411,8 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
     # far less than it moves wall-clock rates.
     cpu_ms: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
     errors: dict[str, int] = {}
+    # Of our servers' backend calls in a block, the share that ran on every core (`--threads auto`, the default).
+    every_core: dict[str, dict[str, list[float]]] = {str(c): {} for c in levels}
     load_before = os.getloadavg()[0]
     try:
         for name, cmd in processes.items():
@@ -424,9 +442,20 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
                                 )
                         continue
                     pids = process_tree(started[target.process][0].pid)
+                    if args.settle:
+                        # The same load, unmeasured, first: the previous block's process has just gone idle, and
+                        # `--threads auto` needs up to a second of its own samples to see it (cpu_threads.py).
+                        block(started[target.process][1], target, queries, c, args.settle)
+                    counts = thread_counts_of(started[target.process][1], target)
                     before = cpu_seconds(pids)
                     result = block(started[target.process][1], target, queries, c, args.seconds)
                     used = cpu_seconds(pids) - before
+                    if counts is not None and (after := thread_counts_of(started[target.process][1], target)):
+                        calls = after[1] - counts[1]
+                        if calls:
+                            every_core[str(c)].setdefault(target.name, []).append(
+                                round((after[0] - counts[0]) / calls, 3)
+                            )
                     rates[str(c)].setdefault(target.name, []).append(round(result.rps, 1))
                     if result.requests:
                         cpu_ms[str(c)].setdefault(target.name, []).append(round(1000 * used / result.requests, 2))
@@ -448,6 +477,7 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
         "queries": len(queries),
         "top_k": TOP_K,
         "seconds_per_block": args.seconds,
+        "settle_seconds": args.settle,
         "rounds": args.rounds,
         "in_process_threads": thread_counts,
         "max_batch": args.max_batch,
@@ -467,6 +497,10 @@ def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespac
             c: {k: statistics.median(v) for k, v in row.items()} for c, row in cpu_ms.items()
         },
         "idle_wake_cost": wake,
+        "every_core_share": every_core,
+        "median_every_core_share": {
+            c: {k: statistics.median(v) for k, v in row.items()} for c, row in every_core.items()
+        },
     }
 
 
@@ -532,6 +566,9 @@ def parser() -> argparse.ArgumentParser:
     servers.add_argument("--concurrency", default="1,16,64,256")
     servers.add_argument("--seconds", type=float, default=3.0, help="length of one block")
     servers.add_argument("--rounds", type=int, default=3, help="blocks per target and level; medians reported")
+    servers.add_argument(
+        "--settle", type=float, default=1.0, help="seconds of the same load, unmeasured, before each server's block"
+    )
     p.add_argument("--index-worker", type=Path, help=argparse.SUPPRESS)
     servers.add_argument(
         "--peer-threads",

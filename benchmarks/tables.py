@@ -343,7 +343,9 @@ def retrieval_server() -> str:
         s,
         f" {s['passages']} held-out passages (lines {held['offset']} on of `{held['corpus']}`), flat index, "
         f"{s['queries']:,} distinct real queries, one per request, top {s['top_k']}, result cache off; "
-        f"{s['rounds']} rounds of interleaved {s['seconds_per_block']:g} s blocks, medians; load generator on "
+        f"{s['rounds']} rounds of interleaved {s['seconds_per_block']:g} s blocks"
+        + (f", each after {s['settle_seconds']:g} s of the same load unmeasured" if s.get("settle_seconds") else "")
+        + "; medians; load generator on "
         f"the same cores; 1-minute load average {s['load_average'][0]} before, {s['load_average'][1]} after "
         "(the machine is shared)",
     )
@@ -380,34 +382,43 @@ def retrieval_server() -> str:
         [row(n, lambda c, n=n: n, cpu) for n in names] + in_process_rows(cpu),
     )
     rounds = s["requests_per_s"]
+    one = "searchrl --threads 1"
     ratios = table(
         [
             "concurrency",
             "`/retrieve` / Search-R1, as shipped",
-            "`/retrieve` / Search-R1, 1 thread",
+            "`--threads 1` / Search-R1, 1 thread",
             "`/queries` / R1-Searcher, as shipped",
-            "`/queries` / R1-Searcher, 1 thread",
-            "`/search` / in-process, 1 thread",
-            "`/search` / in-process with idle between calls, 1 thread",
+            "`--threads 1` / R1-Searcher, 1 thread",
+            "`/search` / in-process, 2 threads",
+            "`--threads 1` / in-process, 1 thread",
+            "`--threads 1` / in-process with idle between calls, 1 thread",
             "`--threads 2` / in-process, 2 threads",
         ],
         [
             (
                 c,
                 _paired(rounds[c], "searchrl /retrieve", "Search-R1 /retrieve"),
-                _paired(rounds[c], "searchrl /retrieve", "Search-R1 /retrieve (1 thread)"),
+                _paired(rounds[c], one, "Search-R1 /retrieve (1 thread)"),
                 _paired(rounds[c], "searchrl /queries", "R1-Searcher /queries"),
-                _paired(rounds[c], "searchrl /queries", "R1-Searcher /queries (1 thread)"),
-                f"**{_paired(rounds[c], 'searchrl /search', _in_process_key(rounds[c], 1))}**",
-                _paired(rounds[c], "searchrl /search", _idle_key(rounds[c])),
+                _paired(rounds[c], one, "R1-Searcher /queries (1 thread)"),
+                f"**{_paired(rounds[c], 'searchrl /search', _in_process_key(rounds[c], 2))}**",
+                f"**{_paired(rounds[c], one, _in_process_key(rounds[c], 1))}**",
+                _paired(rounds[c], one, _idle_key(rounds[c])),
                 _paired(rounds[c], "searchrl --threads 2", _in_process_key(rounds[c], 2)),
             )
             for c in levels
         ],
     )
+    shares = s.get("median_every_core_share") or {}
+    lent_names = sorted({n for row in shares.values() for n in row}, key=names.index)
+    lent = table(
+        ["share of backend calls on every core (median of blocks) at concurrency", *levels],
+        [(n, *(num(shares.get(c, {}).get(n), 2) for c in levels)) for n in lent_names],
+    )
     commands = table(["process", "command"], [(name, f"`{cmd}`") for name, cmd in s["processes"].items()])
     note = "Ratios: the median over rounds of the ratio within a round."
-    parts = [head, rates, cpu_table, note, ratios]
+    parts = [head, rates, cpu_table, note, ratios] + ([lent] if lent_names else [])
     wake = s.get("idle_wake_cost")
     if wake:
         cost = wake["server_cpu_ms_per_request"]
@@ -422,6 +433,47 @@ def retrieval_server() -> str:
             )
         )
     return "\n\n".join([*parts, commands])
+
+
+def threads() -> str:
+    d = load("threads")
+    head = source(
+        "threads",
+        d,
+        f" {d['encoder']}; {d['rounds']} rounds of alternating {d['seconds_per_block']:g} s blocks, medians; "
+        f"1-minute load average {d['load_average'][0]} before, {d['load_average'][1]} after",
+    )
+    other = d["beside_other_load"]
+    batches = list(other)
+    shares = list(other[batches[0]])
+    lend = table(
+        ["another process keeps busy"]
+        + [f"batch {b}: {t}" for b in batches for t in other[b][shares[0]] if t != "every_core_over_one_fewer"]
+        + [f"batch {b}: every core / one fewer" for b in batches],
+        [
+            (
+                f"{float(share):g} of a core",
+                *(
+                    f"{v['queries_per_s']:,.1f} q/s, {v['cpu_ms_per_query']:.2f} ms"
+                    for b in batches
+                    for k, v in other[b][share].items()
+                    if k != "every_core_over_one_fewer"
+                ),
+                *(f"**{other[b][share]['every_core_over_one_fewer']:.2f}**" for b in batches),
+            )
+            for share in shares
+        ],
+    )
+    spin = d["spin_count"]
+    names = list(next(iter(spin.values())))
+    spins = table(
+        ["every core, queries/s and CPU ms per query", *names],
+        [
+            (point, *(f"{v[n]['queries_per_s']:,.1f} q/s, {v[n]['cpu_ms_per_query']:.2f} ms" for n in names))
+            for point, v in spin.items()
+        ],
+    )
+    return f"{head}\n\n{lend}\n\n{spins}"
 
 
 def reward_server() -> str:
@@ -782,6 +834,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "retrieval": retrieval,
     "retrieval-projection": retrieval_projection,
     "retrieval-server": retrieval_server,
+    "threads": threads,
     "reward-server": reward_server,
     "load": load_table,
     "restart": restart,

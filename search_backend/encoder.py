@@ -53,6 +53,7 @@ class Encoder:
         self._check_pooling()
         self.direct = self._plain_text_pipeline()
         self._preprocess = getattr(self.model, "preprocess", None) or self.model.tokenize  # ST < 6: tokenize
+        self.pooler_dropped = self.direct and self._drop_unused_pooler()
 
     def _check_pooling(self) -> None:
         for module in self.model:
@@ -80,6 +81,25 @@ class Encoder:
             and getattr(self.model, "truncate_dim", None) is None
             and modules <= {"Transformer", "Pooling", "Normalize", "Dense"}
         )
+
+    def _drop_unused_pooler(self) -> bool:
+        """Whether the transformer's pooler was dropped. BERT-style models compute a pooler (a dense layer over the
+        first token) that pooling over token embeddings never reads: 2.5 % of a one-query MiniLM encode on one CPU
+        thread. It goes only if a probe encodes to the very same vector without it, and stays otherwise."""
+        auto_model = getattr(self.model[0], "auto_model", None) if len(self.model) else None
+        pooler = getattr(auto_model, "pooler", None)
+        if auto_model is None or pooler is None:
+            return False
+        probe = ["which river flows through the capital of the country"]
+        before = self._forward(probe)
+        auto_model.pooler = None
+        try:
+            if np.array_equal(self._forward(probe), before):
+                return True
+        except Exception:  # noqa: BLE001 - a model that needs its pooler keeps it
+            log.debug("model %s needs its pooler", self.model_name, exc_info=True)
+        auto_model.pooler = pooler
+        return False
 
     def _forward(self, texts: list[str]) -> np.ndarray:
         """One batch through the modules. `encode` re-resolves the device, the prompt and its keyword arguments

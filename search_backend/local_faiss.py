@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from search_backend import cpu_threads
 from search_backend.base import Passage
 from search_backend.build_index import EMBED_INFO, INDEX_FILE, MANIFEST, STORE_DIR, STORE_INFO, read_json
 from search_backend.faiss_import import faiss
@@ -234,6 +235,7 @@ class LocalFaissBackend:
     def search_rows(self, queries: list[str], top_k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, store rows), each (len(queries), top_k), best first; -1 pads a short list."""
         with self._lock:
+            cpu_threads.apply()
             vectors = self.encoder.encode_queries(queries, batch_size=self.query_batch_size)
             return self.index.search(vectors, top_k)
 

@@ -7,10 +7,9 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, Strict
 from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
 from search_backend.batching import MicroBatcher
 from search_backend.cache import ResultCache
+from search_backend.cpu_threads import Threads, configure, policy, restore, short_openmp_spin
 from search_backend.hybrid import HybridConfig
 from search_backend.index_reload import IndexWatch, ReloadError, reload_on_sighup
 from search_backend.index_settings import IndexSettings
@@ -66,10 +66,10 @@ class ServerConfig(IndexSettings):
     max_results: int = Field(default=10_000, ge=1, description="queries x top_k in one request (answer size)")
     max_body_bytes: int = Field(default=1 << 20, ge=1)
     token: SecretStr | None = Field(default=None, description=f"bearer token; default: the {TOKEN_ENV} env var")
-    threads: int | None = Field(
+    threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
         default=None,
-        ge=1,
-        description="torch and FAISS CPU threads (the command's default on CPU: one fewer than the cores, at least 1)",
+        description="torch and FAISS CPU threads per search; auto (the command's default on CPU): one fewer than the "
+        "cores, all of them while other processes leave them idle; none: the thread pools are left alone",
     )
     limits: Limits = Field(default_factory=Limits, description="header/body deadlines, concurrency cap")
     allowed_hosts: list[str] = Field(
@@ -244,6 +244,7 @@ class SearchService:
             "index_version": self.version,
             "cache": self.cache.stats(),
             "batching": self.batcher.stats() if self.batcher else {"enabled": False},
+            "cpu_threads": (threads.stats() if (threads := policy()) else None),
         }
 
 
@@ -283,23 +284,6 @@ async def json_answer(content: dict[str, Any], results: int) -> Response:
     return Response(json.dumps(content), media_type="application/json")
 
 
-def default_threads() -> int:
-    """One fewer than the cores this process may run on, at least one. The event loop needs a core of its own:
-    when the encoder's thread pool takes every core, each of its parallel steps waits for a thread the event
-    loop (or any other process) preempted, and on 2 cores that made encoding 2-10x slower (docs/SEARCH.md)."""
-    return max(1, len(os.sched_getaffinity(0)) - 1)
-
-
-def set_cpu_threads(threads: int) -> None:
-    """Cap torch's and FAISS's CPU thread pools, leaving a core for the event loop on small machines."""
-    import torch
-
-    from search_backend.faiss_import import faiss
-
-    torch.set_num_threads(threads)
-    faiss.omp_set_num_threads(threads)
-
-
 def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> FastAPI:
     """The server app; its lifespan opens the local index (unless a backend is given) and the batcher."""
     token = server_token(config.token, TOKEN_ENV)
@@ -312,8 +296,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = backend is None
-        if config.threads:
-            set_cpu_threads(config.threads)
+        previous_threads = configure(config.threads) if config.threads else policy()
         active = backend
         watch = None
         if active is None:
@@ -335,6 +318,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
             await service.stop()
             if owned:
                 await service.backend.aclose()
+            restore(previous_threads)
 
     async def reload(app: FastAPI) -> dict:
         if app.state.watch is None:
@@ -424,6 +408,18 @@ def _weights(text: str) -> tuple[float, float]:
     return dense, bm25
 
 
+def threads_arg(text: str) -> Threads:
+    if text == "auto":
+        return "auto"
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 or auto, got {text!r}")
+    return threads
+
+
 def _default(field: str) -> Any:
     # The server's options take their defaults from ServerConfig, the one declaration of them.
     return ServerConfig.model_fields[field].get_default(call_default_factory=True)
@@ -487,7 +483,7 @@ def parser() -> argparse.ArgumentParser:
         default=Limits().max_concurrency,
         help="open connections or requests in flight before 503s",
     )
-    p.add_argument("--threads", type=int, default=_default("threads"), help=_help("threads"))
+    p.add_argument("--threads", type=threads_arg, default=_default("threads"), help=_help("threads"))
     p.add_argument(
         "--allowed-hosts",
         default="",
@@ -498,6 +494,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before anything loads torch or FAISS: libgomp reads its spin count once (search_backend/cpu_threads.py).
+    short_openmp_spin()
     import uvicorn
 
     args = parser().parse_args(argv)
@@ -521,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         max_queries=args.max_queries,
         max_body_bytes=args.max_body_bytes,
         # The process-wide thread pools are the command's to size; create_app in a host process leaves them alone.
-        threads=args.threads or (default_threads() if args.device == "cpu" else None),
+        threads=args.threads or ("auto" if args.device == "cpu" else None),
         max_query_chars=args.max_query_chars,
         max_results=args.max_results,
         max_batch_chars=args.max_batch_chars,

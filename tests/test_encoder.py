@@ -110,3 +110,29 @@ def test_forward_batch_is_a_setting_of_the_index_and_the_server(monkeypatch):
     assert [c.forward_batch for c in configs] == [None, 64]
     with pytest.raises(ValueError, match="forward_batch"):
         SearchConfig(forward_batch=0)
+
+
+def test_the_unused_pooler_is_dropped_and_the_vectors_stay_those_of_the_untouched_model():
+    from sentence_transformers import SentenceTransformer
+
+    from search_backend.profiles import resolve_model
+
+    enc = encoder()
+    assert enc.pooler_dropped and enc.model[0].auto_model.pooler is None
+    untouched = SentenceTransformer(resolve_model(enc.model_name), device="cpu")
+    assert untouched[0].auto_model.pooler is not None
+    batch = QUERIES[200:240]
+    expected = untouched.encode(batch, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+    np.testing.assert_allclose(enc.encode_queries(batch), expected, rtol=0, atol=1e-6)
+
+
+def test_a_pooler_that_changes_the_vectors_is_kept(monkeypatch):
+    from search_backend.encoder import Encoder
+
+    # A model whose output reads its pooler: the probe differs without it, so it stays.
+    real = Encoder._forward
+    monkeypatch.setattr(
+        Encoder, "_forward", lambda self, texts: real(self, texts) + (self.model[0].auto_model.pooler is None)
+    )
+    enc = Encoder()
+    assert not enc.pooler_dropped and enc.model[0].auto_model.pooler is not None

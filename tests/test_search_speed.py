@@ -1,5 +1,5 @@
 """What keeps the retrieval server fast: the batching window waits only for callers that are coming, and the
-encoder leaves the event loop a core."""
+encoder leaves the event loop a core unless no other process uses the cores."""
 
 import asyncio
 import os
@@ -7,7 +7,8 @@ import os
 import httpx
 
 from search_backend.batching import MicroBatcher
-from search_backend.serve import ServerConfig, create_app, default_threads
+from search_backend.cpu_threads import ThreadPolicy
+from search_backend.serve import ServerConfig, create_app
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import fixture_backend
 
@@ -98,13 +99,16 @@ def test_halves_are_not_taken_below_twice_split_min_or_from_one_caller():
     assert closed_loop_calls(1, 1, split_min=16, queries_per_request=200) == [64, 64, 64, 8]
 
 
-def test_the_server_leaves_a_core_to_its_event_loop(monkeypatch):
+def test_auto_threads_leave_a_core_and_lend_it_only_on_a_machine_of_several(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert default_threads() == 1
+    two = ThreadPolicy.from_setting("auto")
+    assert (two.base, two.cores, two.monitor is not None) == (1, 2, True)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert default_threads() == 15
+    assert (ThreadPolicy.from_setting("auto").base, ThreadPolicy.from_setting("auto").cores) == (15, 16)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert default_threads() == 1
+    one = ThreadPolicy.from_setting("auto")
+    assert (one.base, one.monitor) == (1, None)
+    assert (ThreadPolicy.from_setting(3).base, ThreadPolicy.from_setting(3).monitor) == (3, None)
 
 
 def test_the_command_sizes_the_thread_pools_and_create_app_leaves_them_alone(monkeypatch):
@@ -119,7 +123,7 @@ def test_the_command_sizes_the_thread_pools_and_create_app_leaves_them_alone(mon
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     serve_module.main(["--index", "unused"])
     serve_module.main(["--index", "unused", "--threads", "2", "--split-min", "16"])
-    assert [c.threads for c in configs] == [3, 2]
+    assert [c.threads for c in configs] == ["auto", 2]
     assert [c.split_min for c in configs] == [0, 16]
     service = serve_module.SearchService(fixture_backend(), configs[1])
     assert service.batcher is not None and service.batcher.stats()["split_min"] == 16
