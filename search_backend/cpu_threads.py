@@ -132,7 +132,8 @@ class OtherLoad:
             return self.busy  # another thread is reading: its figure will do
         try:
             last = self._last
-            if last is None or self.clock() - last[0] < self.window_s:
+            # A little short of a whole window still closes it: a timed wait may wake a hair early.
+            if last is None or self.clock() - last[0] < 0.9 * self.window_s:
                 return self.busy
             now = self._read()
             if now is None:
