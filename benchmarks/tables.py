@@ -532,7 +532,59 @@ def reward_server() -> str:
         ],
         [(met, cpu64)],
     )
-    return f"{head}\n\n{body}\n\n{extra}\n\n{reward_breakdown(d)}"
+    parts = [head, body, extra, reward_breakdown(d), reward_instructions(d)]
+    return "\n\n".join(part for part in parts if part)
+
+
+def _served_cpu_at_64(d: dict) -> dict[str, float]:
+    """Server CPU µs per request of each endpoint, one worker at concurrency 64."""
+    at64 = next(p for p in d["points"] if p["concurrency"] == 64 and p["workers"] == 1)
+    return {
+        "reward endpoint": at64["reward"]["server_cpu_us_per_request"],
+        "trivial endpoint": at64["trivial"]["server_cpu_us_per_request"],
+        "FastAPI echo endpoint": at64["echo"]["server_cpu_us_per_request"],
+    }
+
+
+def reward_instructions(d: dict) -> str:
+    """Instructions per request (callgrind), served and in process, beside the served CPU of the same endpoints."""
+    ins = d.get("instructions")
+    if not ins:
+        return ""
+    cpu = _served_cpu_at_64(d)
+    head = (
+        f"*Instructions: `python -m benchmarks.reward_instructions`, {ins['date']}, {ins['tool']}: every instruction "
+        f"of the server process (user space: the kernel's part of serving is not counted), {ins['served_requests']:,} "
+        f"requests per endpoint served at concurrency {ins['concurrency']}, {ins['in_process_requests']:,} in process*"
+    )
+    counts = table(
+        [
+            "per single-sample request",
+            "instructions, served",
+            "instructions, in process",
+            "served less in process",
+            "served CPU µs (1 worker, concurrency 64, above)",
+            "instructions per µs of served CPU",
+        ],
+        [
+            (
+                name,
+                f"{ins['served'][name]:,}",
+                f"{ins['in_process'][name]:,}",
+                f"{ins['served'][name] - ins['in_process'][name]:,}",
+                num(cpu[name]),
+                f"{ins['served'][name] / cpu[name]:,.0f}",
+            )
+            for name in ins["served"]
+        ],
+    )
+    own = ins["reward_own_work_by_kind"]
+    total = sum(own.values())
+    kinds = table(
+        ["the reward endpoint's own work (reward less trivial, in process), by kind", "instructions", "share"],
+        [(kind, f"{v:,}", f"{100 * v / total:.0f}%") for kind, v in own.items()] + [("all", f"{total:,}", "100%")],
+    )
+    return f"{head}\n\n{counts}\n\n{kinds}"
 
 
 def reward_breakdown(d: dict) -> str:
@@ -540,12 +592,7 @@ def reward_breakdown(d: dict) -> str:
     costs = d.get("in_process_us_per_request")
     if not costs:
         return ""
-    at64 = next(p for p in d["points"] if p["concurrency"] == 64 and p["workers"] == 1)
-    served = {
-        "reward endpoint": at64["reward"]["server_cpu_us_per_request"],
-        "trivial endpoint": at64["trivial"]["server_cpu_us_per_request"],
-        "FastAPI echo endpoint": at64["echo"]["server_cpu_us_per_request"],
-    }
+    served = _served_cpu_at_64(d)
     rows = []
     for name, us in costs.items():
         if name in served:
