@@ -154,8 +154,11 @@ def test_a_search_sets_the_thread_count_in_the_thread_that_runs_it(monkeypatch):
 
 
 def test_the_server_applies_its_setting_reports_it_and_restores_the_previous_one():
+    import torch
+
     assert cpu_threads.policy() is None
     config = ServerConfig(cache_size=0, threads="auto")
+    before = torch.get_num_threads()
     with running_server(create_app(config, backend=fixture_backend())) as url:
         assert httpx.post(f"{url}/search", json={"queries": ["Alan Turing"]}).status_code == 200
         threads = httpx.get(f"{url}/health").json()["cpu_threads"]
@@ -166,6 +169,7 @@ def test_the_server_applies_its_setting_reports_it_and_restores_the_previous_one
         assert sampling == (len(os.sched_getaffinity(0)) > 1)
     assert cpu_threads.policy() is None
     assert policy.monitor is None or policy.monitor._thread is None  # the sampling thread ended with the server
+    torch.set_num_threads(before)  # the server sized this process's pools; the tests after this one keep theirs
     with running_server(create_app(ServerConfig(cache_size=0), backend=fixture_backend())) as url:
         assert httpx.get(f"{url}/health").json()["cpu_threads"] is None  # a host process keeps its pools
 
