@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 
 # Rounds an idle libgomp worker (torch's and FAISS's OpenMP) spins before it sleeps. At the default, 300,000, a
 # worker went on spinning about 8 ms after each encode: in a server, that held a core away from the event loop and
-# the client after every answer. At 10,000 it sleeps within ~0.1 ms: one query on 2 threads cost 17.6 ms of CPU
-# against 21.6 with 2 ms idle between calls and 19.7 against 27.5 with 20 ms, at the same rate within the noise;
-# back to back (one query, or 16) both measured the same (benchmarks/threads.py).
+# the client after every answer (20 ms idle between calls added 10.1 ms of CPU per query, against 2.6 ms at 10,000).
+# At 10,000 one query on 2 threads cost 17.6 ms of CPU against 21.6 with 2 ms idle between calls and 19.7 against
+# 27.5 with 20 ms, at the same rate within the noise; back to back (one query, or 16) both measured the same
+# (benchmarks/threads.py).
 SPIN_COUNT = "10000"
 
 # Cores the other processes may use while a search still takes every core: on 2 cores one query on 2 threads was
@@ -89,7 +90,6 @@ class OtherLoad:
         self.clock = clock
         self.tick = os.sysconf("SC_CLK_TCK")
         self.busy: float | None = None
-        self._lock = threading.Lock()
         self._last = self._read()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,23 +127,19 @@ class OtherLoad:
         return self.clock(), busy / self.tick, self.own_seconds()
 
     def update(self) -> float | None:
-        """Others' cores in the last complete window; a new window is closed once `window_s` has passed."""
-        if not self._lock.acquire(blocking=False):
-            return self.busy  # another thread is reading: its figure will do
-        try:
-            last = self._last
-            # A little short of a whole window still closes it: a timed wait may wake a hair early.
-            if last is None or self.clock() - last[0] < 0.9 * self.window_s:
-                return self.busy
-            now = self._read()
-            if now is None:
-                return self.busy
-            elapsed = now[0] - last[0]
-            self.busy = max(0.0, (now[1] - last[1]) - (now[2] - last[2])) / elapsed
-            self._last = now
+        """Others' cores in the last complete window; a new window is closed once `window_s` has passed. Called
+        by the sampling thread alone (or by a caller that has not started it)."""
+        last = self._last
+        # A little short of a whole window still closes it: a timed wait may wake a hair early.
+        if last is None or self.clock() - last[0] < 0.9 * self.window_s:
             return self.busy
-        finally:
-            self._lock.release()
+        now = self._read()
+        if now is None:
+            return self.busy
+        elapsed = now[0] - last[0]
+        self.busy = max(0.0, (now[1] - last[1]) - (now[2] - last[2])) / elapsed
+        self._last = now
+        return self.busy
 
 
 @dataclass
@@ -213,6 +209,10 @@ def policy() -> ThreadPolicy | None:
     return _policy
 
 
+# What this module last set in each thread: a search sets its pools only when the count changes.
+_thread_counts = threading.local()
+
+
 def set_threads(threads: int) -> None:
     """torch's and FAISS's thread pools, as seen from the calling thread."""
     import torch
@@ -221,9 +221,13 @@ def set_threads(threads: int) -> None:
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
+    _thread_counts.threads = threads
 
 
 def apply() -> None:
     """Size the thread pools of the calling thread for the search it is about to run (nothing without a policy)."""
-    if _policy is not None:
-        set_threads(_policy.choose())
+    if _policy is None:
+        return
+    threads = _policy.choose()
+    if getattr(_thread_counts, "threads", None) != threads:
+        set_threads(threads)
