@@ -5,7 +5,7 @@ non-personalised router, on held-out data.
         [--hgt-epochs 350] [--sage-epochs 60] [--out benchmarks/results/gmtrouter.json]
         [--png benchmarks/results/gmtrouter.png]
 
-Synthetic users (routing/gmtrouter/synthetic.py: persona taste x topic skill, noisy ratings).
+Synthetic users (searchrl/routing/gmtrouter/synthetic.py: persona taste x topic skill, noisy ratings).
 Each router trains on the earliest 70% of the seen users' sessions (HGT keeps its best epoch by the
 validation AUC of the latest 10% of those); it is scored on those users' later sessions and on new
 users, whose first 3 sessions are their only context. Per seed the models train one after the other
@@ -27,8 +27,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 
-from routing.gmtrouter.evaluate import METHODS, PAIR_METRICS, heldout_experiment  # noqa: E402
-from routing.gmtrouter.train import TrainConfig  # noqa: E402
+from searchrl.routing.gmtrouter.evaluate import METHODS, PAIR_METRICS, heldout_experiment  # noqa: E402
+from searchrl.routing.gmtrouter.train import TrainConfig  # noqa: E402
 
 SPLITS = {"seen_users_later_sessions": "seen users, later sessions", "new_users": "new users (3 sessions)"}
 METRICS = (*PAIR_METRICS, "ndcg@3")

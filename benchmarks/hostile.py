@@ -31,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402
 
-from rollout.service import free_port, start_module, stop  # noqa: E402
+from searchrl.process import free_port, start_module, stop  # noqa: E402
 
 TOKEN = "probe-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

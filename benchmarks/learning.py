@@ -37,13 +37,14 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from eval.generation import GenParams, HFTextEngine, run_episodes  # noqa: E402
-from rollout import train_rehearsal, warm_start  # noqa: E402
-from rollout.config import EpisodeConfig, ModelConfig, load_stage  # noqa: E402
-from rollout.environment import SearchEnvironment  # noqa: E402
-from rollout.reward_client import RewardClient  # noqa: E402
-from rollout.service import free_port, start_module, stop  # noqa: E402
 from search_backend.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.config import load  # noqa: E402
+from searchrl.process import free_port, start_module, stop  # noqa: E402
+from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
+from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
+from searchrl.rollout.reward_client import RewardClient  # noqa: E402
+from searchrl.stage.config import EpisodeConfig, ModelConfig, load_stage  # noqa: E402
+from searchrl.tiny_policy import warm_start  # noqa: E402
 
 STAGE_FILES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
 # The per-step figures kept from OpenRLHF's own logs, under the names this report uses.

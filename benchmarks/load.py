@@ -38,11 +38,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from benchmarks.loadgen import LoadResult, closed_loop  # noqa: E402
 from reward_server.scoring import score_solution  # noqa: E402
 from reward_server.spec import PRESETS  # noqa: E402
-from rollout.reward_client import RewardClient  # noqa: E402
-from rollout.service import free_port, start_module, stop  # noqa: E402
 from search_backend.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.metrics import as_golds  # noqa: E402
+from searchrl.process import free_port, start_module, stop  # noqa: E402
+from searchrl.rollout.reward_client import RewardClient  # noqa: E402
 
 PROMPT = "User:{q}\nAssistant: <think>"
 TRAJECTORIES = [

@@ -30,14 +30,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tqdm import tqdm  # noqa: E402
 
-from rollout.agent import Runtime, load_agent_executor  # noqa: E402
-from rollout.config import load_stage  # noqa: E402
-from rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
-from rollout.service import free_port, start_module, stop  # noqa: E402
-from rollout.stage_prompt import effective_model  # noqa: E402
-from rollout.templates import render_prompt  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.protocol import BEGIN_QUERY, END_QUERY, clean_query  # noqa: E402
+from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
+from searchrl.rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
+from searchrl.stage.config import load_stage  # noqa: E402
+from searchrl.stage.prompt import effective_model  # noqa: E402
+from searchrl.stage.templates import render_prompt  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 BASE_MODEL = "configs/models/qwen2.5-7b-base.yaml"
@@ -115,8 +115,8 @@ def summary(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def measure(records: list[dict[str, Any]], rounds: int, work: Path) -> dict[str, Any]:
-    from rollout.tiny_policy import build_tokenizer
     from search_backend.build_index import build
+    from searchrl.tiny_policy.model import build_tokenizer
 
     index = work / "index"
     build(EXAMPLES / "mini_corpus.jsonl", "jsonl", index)

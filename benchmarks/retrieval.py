@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 from tqdm import tqdm  # noqa: E402
 
 from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
-from rollout.service import free_port  # noqa: E402
 from search_backend.build_index import EMBED_DIR, build  # noqa: E402
 from search_backend.cpu_threads import SPIN_COUNT  # noqa: E402
 from search_backend.faiss_import import faiss  # noqa: E402
 from search_backend.faiss_index import build_index, effective_factory, set_search_params  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
+from searchrl.process import free_port  # noqa: E402
 
 FACTORIES = ["Flat", "HNSW32", "IVF4096,SQ8", "IVF4096,PQ64", "IVF4096,PQ96"]
 FULL_KILT_PASSAGES = 25_000_000

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from benchmarks.loadgen import closed_loop  # noqa: E402
 from benchmarks.reward_server import TRAJECTORIES, agent_bodies  # noqa: E402
-from rollout.service import free_port  # noqa: E402
+from searchrl.process import free_port  # noqa: E402
 
 OUT = ROOT / "benchmarks/results/reward_server.json"
 ENDPOINTS = {"reward endpoint": "get_reward", "trivial endpoint": "trivial", "FastAPI echo endpoint": "echo"}

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from fastapi import FastAPI, Request, Response  # noqa: E402
 
 from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
-from rollout.service import free_port, wait_healthy  # noqa: E402
+from searchrl.process import free_port, wait_healthy  # noqa: E402
 
 TRAJECTORIES = ROOT / "tests/fixtures/r1searcher/hotpotqa_llama.jsonl"
 PROMPT = "User:{q}\nAssistant: <think>"

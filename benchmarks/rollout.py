@@ -25,15 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rollout.agent import Runtime, SearchAgentInstance, load_agent_executor  # noqa: E402
-from rollout.config import load_stage  # noqa: E402
-from rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
-from rollout.environment import SearchEnvironment  # noqa: E402
-from rollout.reward_client import RewardResult  # noqa: E402
-from rollout.service import free_port, start_module, stop  # noqa: E402
-from rollout.templates import render_prompt  # noqa: E402
 from search_backend.base import Passage  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.process import free_port, start_module, stop  # noqa: E402
+from searchrl.rollout.agent import Runtime, SearchAgentInstance, load_agent_executor  # noqa: E402
+from searchrl.rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
+from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
+from searchrl.rollout.reward_client import RewardResult  # noqa: E402
+from searchrl.stage.config import load_stage  # noqa: E402
+from searchrl.stage.templates import render_prompt  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 STAGE1 = ROOT / "configs/stages/stage1_format.yaml"
@@ -138,8 +138,8 @@ class TwoQuestionEngine:
 def multi_query_modes(url: str, records, episodes: int) -> dict:
     """Rollout time and searches per episode, two queries per episode, single- versus multi-query."""
     from eval.generation import GenParams, run_episodes
-    from rollout.config import EpisodeConfig
     from search_backend.http_client import HttpSearchBackend
+    from searchrl.stage.config import EpisodeConfig
 
     questions = [r["question"] for r in records]
     out = {}
@@ -175,8 +175,8 @@ def multi_query_modes(url: str, records, episodes: int) -> dict:
 
 
 def batching(records, episodes: int, out_dir: Path) -> dict:
-    from rollout.tiny_policy import build_tokenizer
     from search_backend.build_index import build
+    from searchrl.tiny_policy.model import build_tokenizer
 
     index = out_dir / "index"
     build(EXAMPLES / "mini_corpus.jsonl", "jsonl", index)

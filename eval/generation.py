@@ -3,7 +3,7 @@ any OpenAI-compatible completions endpoint (e.g. `vllm serve`), or Hugging Face 
 
 Episodes advance turn by turn together: each turn generates for every active episode in one engine
 batch, then their searches go to the backend in one batch, through the same environment step as
-training (`rollout.environment`).
+training (`searchrl.rollout.environment`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from eval.segments import segment_text
-from rollout.environment import Episode, SearchEnvironment
 from searchrl.http_transport import RetryPolicy
 from searchrl.openai_client import OpenAIClient, key_from_env
 from searchrl.protocol import END_QUERY
+from searchrl.rollout.environment import Episode, SearchEnvironment
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class HFTextEngine:
     `batch_size` > 1 the prompts of a turn are sampled together, left-padded, `batch_size` at a time."""
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 1) -> None:
-        from rollout.engines import HFEngine
+        from searchrl.rollout.engines import HFEngine
 
         self.tokenizer = tokenizer
         self.model = model
@@ -117,7 +117,7 @@ class HFTextEngine:
         return Completion(*segment_text({"text": text, "finish_reason": finish_reason, "stop_reason": None}))
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
-        from rollout.engines import SamplingParams
+        from searchrl.rollout.engines import SamplingParams
 
         if self.batch_size > 1:
             out: list[Completion] = []

@@ -11,8 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from rollout.config import ModelConfig
 from searchrl.config import ConfigError, load
+from searchrl.stage.config import ModelConfig
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "models"
 TEMPLATES = {"base": CONFIGS / "qwen2.5-7b-base.yaml", "chat": CONFIGS / "qwen2.5-7b-instruct.yaml"}

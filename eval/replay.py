@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from eval.generation import Completion, GenParams
-from rollout.engines import recorded_actions
 from searchrl.jsonl import RecordError, read_jsonl
 from searchrl.protocol import BEGIN_DOCS
+from searchrl.rollout.engines import recorded_actions
 
 
 class ReplayTextEngine:

@@ -12,7 +12,7 @@ upper bound no single-round router beats). For each: Router-R1's EM and F1 (its 
 normalisation), this project's EM / F1 / cover-EM (R1-Searcher's), cost per question, calls per question
 (its route count) and the share of calls per model. Writes `routing.json`, `records.jsonl`, `routing.md`
 (the table) and `routing.png` (quality against cost). `--loopback` serves the pool on loopback from the
-data's own golds (routing/loopback_pool.py: canned answers, right more often for dearer models);
+data's own golds (searchrl/routing/loopback_pool.py: canned answers, right more often for dearer models);
 `--pool-url` sends every pool model to one OpenAI-compatible server; by default the pool's own endpoints.
 """
 
@@ -36,18 +36,17 @@ from eval.generation import GenParams, run_episodes
 from eval.models import resolve_model, template_config
 from eval.runner import make_engine
 from reward_server import router_r1
-from rollout.config import StageConfig, resolve_model_path
-from rollout.environment import SearchEnvironment
-from rollout.service import start_loopback
-from rollout.stage_prompt import effective_model
-from rollout.templates import load_tokenizer, render_prompt
-from routing.llm_router import LLMRouterBackend, RouterConfig
-from routing.loopback_pool import repoint
 from search_backend.base import SearchError
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.protocol import parse_solution
+from searchrl.rollout.environment import SearchEnvironment
+from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
+from searchrl.routing.loopback_pool import repoint, start_loopback
+from searchrl.stage.config import StageConfig, resolve_model_path
+from searchrl.stage.prompt import effective_model
+from searchrl.stage.templates import load_tokenizer, render_prompt
 
 METRICS = ("rr_em", "rr_f1", "em", "f1", "cem")
 LABELS = {"rr_em": "EM (Router-R1)", "rr_f1": "F1 (Router-R1)", "em": "EM", "f1": "F1", "cem": "CEM"}
@@ -195,7 +194,7 @@ async def run_policy(
 
 
 def load_model_of(config: str, stage: StageConfig) -> Any:
-    from rollout.config import ModelConfig
+    from searchrl.stage.config import ModelConfig
 
     return load(ModelConfig, resolve_model_path(config, stage.model))
 
@@ -301,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the pool failed: {e}", file=sys.stderr)
         return 3
     finally:
-        from rollout.service import stop
+        from searchrl.process import stop
 
         for proc in started:
             stop(proc)

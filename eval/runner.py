@@ -31,15 +31,15 @@ from eval.models import resolve_model, template_config, template_id
 from eval.report import write_reports
 from eval.resume import check_resume
 from eval.score import score_file
-from rollout.config import EpisodeConfig, ModelConfig, StageConfig, resolve_model_path
-from rollout.environment import SearchEnvironment
-from rollout.questions import dataset_name, load_questions
-from rollout.templates import load_tokenizer, render_prompt
 from search_backend.base import SearchBackend
 from searchrl.config import ConfigError, load, validate
 from searchrl.jsonl import read_jsonl
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.protocol import parse_solution
+from searchrl.qa_data.questions import dataset_name, load_questions
+from searchrl.rollout.environment import SearchEnvironment
+from searchrl.stage.config import EpisodeConfig, ModelConfig, StageConfig, resolve_model_path
+from searchrl.stage.templates import load_tokenizer, render_prompt
 
 # R1-Searcher's evaluation protocol: top-5 passages, up to 16 searches (training uses 3 and 8).
 EVAL_EPISODE = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
@@ -214,8 +214,8 @@ def make_engine(args: argparse.Namespace, model: ModelConfig, tokenizer: Any) ->
         name = args.served_model or served_model(args.base_url) or model.model_path
         return OpenAICompletionsEngine(args.base_url, name)
     if args.engine == "hf":
-        from rollout.hub import load_causal_lm
-        from rollout.hub import load_tokenizer as hub_tokenizer
+        from searchrl.hub import load_causal_lm
+        from searchrl.hub import load_tokenizer as hub_tokenizer
 
         return HFTextEngine(load_causal_lm(model.model_path), tokenizer or hub_tokenizer(model.tokenizer))
     if args.engine == "replay":

@@ -33,16 +33,18 @@ COMMANDS: dict[str, Command] = {
         "stage_router_r1.prepare_data", "main", "Router-R1 prompts: QA mixes or Router-R1's JSON, with the pool"
     ),
     "data prepare sft": Command(
-        "rollout.sft", "prepare_main", "SFT trajectories in the protocol, documents masked (OpenRLHF multi-turn)"
+        "searchrl.job.sft", "prepare_main", "SFT trajectories in the protocol, documents masked (OpenRLHF multi-turn)"
     ),
-    "stage submit": Command("rollout.submit", "main", "preflight, then `ray job submit` a training stage"),
+    "stage submit": Command("searchrl.job.submit", "main", "preflight, then `ray job submit` a training stage"),
     "stage rehearse": Command(
-        "rollout.submit", "main", "run a stage's job as Ray runs it, on CPU, and check it", ("--rehearse",)
+        "searchrl.job.submit", "main", "run a stage's job as Ray runs it, on CPU, and check it", ("--rehearse",)
     ),
     "stage preflight": Command(
-        "rollout.submit", "main", "every check of a submission, as a checklist; submits nothing", ("--preflight",)
+        "searchrl.job.submit", "main", "every check of a submission, as a checklist; submits nothing", ("--preflight",)
     ),
-    "stage dry-run": Command("rollout.submit", "main", "print the exact `ray job submit` command", ("--dry-run",)),
+    "stage dry-run": Command(
+        "searchrl.job.submit", "main", "print the exact `ray job submit` command", ("--dry-run",)
+    ),
     "servers start": Command("launch.servers", "start", "start the retrieval and reward servers in the background"),
     "servers stop": Command("launch.servers", "stop", "stop the servers `servers start` started"),
     "eval local": Command("eval.run_local", "main", "evaluate a model on the local benchmarks (KILT index)"),
@@ -53,18 +55,20 @@ COMMANDS: dict[str, Command] = {
         "eval.routing", "main", "a routing policy against cheapest/largest/random baselines: quality and cost"
     ),
     "eval report": Command("eval.report", "main", "rewrite results.md and results.png of an output folder"),
-    "eval tiny-checkpoint": Command("rollout.tiny_policy", "main", "write a tiny random checkpoint for CPU runs"),
+    "eval tiny-checkpoint": Command(
+        "searchrl.tiny_policy.model", "main", "write a tiny random checkpoint for CPU runs"
+    ),
     "gmtrouter train": Command(
-        "routing.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
+        "searchrl.routing.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
     ),
     "gmtrouter evaluate": Command(
-        "routing.gmtrouter.__main__",
+        "searchrl.routing.gmtrouter.__main__",
         "main",
         "preference accuracy and NDCG@k against popularity and non-personalised routing",
         ("evaluate",),
     ),
     "gmtrouter synthesize": Command(
-        "routing.gmtrouter.__main__",
+        "searchrl.routing.gmtrouter.__main__",
         "main",
         "synthetic users with known, differing preferences",
         ("synthesize",),

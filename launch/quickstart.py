@@ -30,14 +30,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rollout.agent import Runtime, load_agent_executor  # noqa: E402
-from rollout.config import load_stage  # noqa: E402
-from rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
-from rollout.service import free_port, start_module, stop  # noqa: E402
-from rollout.templates import render_prompt  # noqa: E402
 from searchrl.config import ConfigError, parse_overrides  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.protocol import parse_solution  # noqa: E402
+from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
+from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
+from searchrl.stage.config import load_stage  # noqa: E402
+from searchrl.stage.templates import render_prompt  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 STAGE1 = ROOT / "configs/stages/stage1_format.yaml"
@@ -64,7 +64,7 @@ def build_index(out: Path, device: str = "cpu") -> Path:
 
 def rehearsal_index() -> Path:
     """The index every CPU rehearsal shares (the mini corpus and the fictional people), built once."""
-    from rollout.train_rehearsal import REHEARSAL_DIR, build_index
+    from searchrl.rehearsal.training import REHEARSAL_DIR, build_index
 
     print(f"[quickstart] index: {MINI_CORPUS} + {EXAMPLES / 'fictional/corpus.jsonl'} -> {REHEARSAL_DIR / 'index'} "
           "(bundled all-MiniLM-L6-v2, cpu; built once)")  # fmt: skip
@@ -91,7 +91,7 @@ def plot_learning(curves: dict[int, dict[str, float]], path: Path) -> None:
 
 def train_stage1(out: Path, steps: int, options: list[str]) -> dict[str, Any]:
     """The tiny policy learning stage 1 for a few steps through OpenRLHF's own train_ppo_ray on CPU."""
-    from rollout.train_rehearsal import step_table, train
+    from searchrl.rehearsal.training import step_table, train
 
     print(f"\n[quickstart] training: stage 1 for {steps} steps, OpenRLHF's train_ppo_ray on CPU through "
           "`ray job submit` (warm start built once, then cached)", flush=True)  # fmt: skip
@@ -157,7 +157,7 @@ def cpu_overrides(overrides: list[str]) -> list[str]:
 
 
 def cpu_demo(args: argparse.Namespace) -> int:
-    from rollout.tiny_policy import build_model, build_tokenizer
+    from searchrl.tiny_policy.model import build_model, build_tokenizer
 
     out: Path = args.out
     try:

@@ -11,4 +11,4 @@ PY="python3"
 # The venv's bin first, so the `ray` CLI of the `train` (or `dev`) extra is found without activating it.
 if [ -x "$VENV/bin/python" ]; then PY="$VENV/bin/python"; export PATH="$VENV/bin:$PATH"; fi
 cd "$ROOT"
-exec "$PY" -m rollout.submit "$@"
+exec "$PY" -m searchrl.job.submit "$@"

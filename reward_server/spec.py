@@ -259,7 +259,7 @@ def resolved_reward_spec(path: str | Path) -> RewardSpec:
     except ValueError as e:
         raise ConfigError(f"{p}: not JSON: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("reward"), dict):
-        raise ConfigError(f"{p}: reward: missing section (write it with python -m rollout.resolve_stage)")
+        raise ConfigError(f"{p}: reward: missing section (write it with python -m searchrl.job.resolved_config)")
     try:
         return RewardSpec.model_validate(data["reward"])
     except ValidationError as e:

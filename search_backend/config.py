@@ -1,5 +1,5 @@
 """Search backend selection: a pydantic config and a plain name -> class dict. The LLM router, a backend
-of the routing package above this one, is picked by name in `rollout/backends.py`."""
+of the routing package above this one, is picked by name in `searchrl/rollout/backends.py`."""
 
 from __future__ import annotations
 

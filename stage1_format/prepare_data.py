@@ -2,7 +2,7 @@
 
 import sys
 
-from rollout import prompt_data
+from searchrl.qa_data import prompt_data
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rollout.agent import SearchAgentExecutor, SearchAgentInstance  # noqa: E402
+from searchrl.rollout.agent import SearchAgentExecutor, SearchAgentInstance  # noqa: E402
 
 
 class AgentInstance(SearchAgentInstance):

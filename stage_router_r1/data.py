@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rollout.questions import BUNDLED, dataset_name, load_questions
-from routing.llm_router import RouterConfig
 from searchrl.jsonl import RecordError
 from searchrl.metrics import as_golds
+from searchrl.qa_data.questions import BUNDLED, dataset_name, load_questions
+from searchrl.routing.llm_router import RouterConfig
 from stage_router_r1.original import is_verl_parquet, read_verl_parquet
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from rollout.hub import HubError, load_dataset_rows
+from searchrl.hub import HubError, load_dataset_rows
 from searchrl.jsonl import RecordError
 
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"

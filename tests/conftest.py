@@ -22,7 +22,7 @@ ROOT = Path(__file__).parent.parent
 def serve(app, port: int | None = None, **uvicorn_options) -> Iterator[str]:
     """Run an ASGI app with uvicorn in a background thread; yields its base URL. `uvicorn_options` go to
     uvicorn.Config (e.g. `timeout_keep_alive=1`, so idle connections go stale within a test)."""
-    from rollout.service import free_port
+    from searchrl.process import free_port
 
     port = port or free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, **uvicorn_options)
@@ -63,7 +63,7 @@ def chat_model(tmp_path_factory):
     its prompts as Qwen2.5's template does (the real tokenizer cannot be fetched here)."""
     import yaml
 
-    from rollout.tiny_policy import save_chat_tokenizer
+    from searchrl.tiny_policy.model import save_chat_tokenizer
 
     folder = tmp_path_factory.mktemp("chat")
     tokenizer = save_chat_tokenizer(folder / "tokenizer", ["Who carried out the 2009 Fort Hood shooting?"])

@@ -148,7 +148,7 @@ class Outcome:
 
 
 def build_tokenizer() -> Any:
-    from rollout.tiny_policy import build_tokenizer as build
+    from searchrl.tiny_policy.model import build_tokenizer as build
 
     texts = [s for g in GROUPS for r in g.rows() for s in r.segments] + [QUESTION]
     return build(texts + [line for line in (ROOT / "examples/mini_corpus.jsonl").read_text().splitlines()])
@@ -161,8 +161,8 @@ def _routed(row: Row) -> Row:
 
 def _stage(group: Group, search_url: str, reward_url: str, llm_url: str | None) -> tuple[Any, Any]:
     from reward_server.spec import PRESETS
-    from rollout.backends import StageSearchConfig
-    from rollout.config import load_stage
+    from searchrl.stage.config import load_stage
+    from searchrl.stage.search import StageSearchConfig
 
     overrides = [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0"]
     stage, model_cfg = load_stage(ROOT / group.config, [*overrides, *group.overrides])
@@ -180,10 +180,10 @@ def _stage(group: Group, search_url: str, reward_url: str, llm_url: str | None) 
 async def _episodes(stage: Any, model_cfg: Any, tokenizer: Any, runs: list[list[Row]]) -> list[list[float]]:
     """Each inner list runs concurrently in one engine process (a Runtime); the lists run one after the other,
     each with a fresh Runtime, so no group-level state leaks from one row's run into the next."""
-    from rollout.agent import Runtime, load_agent_executor
-    from rollout.config import stage_package
-    from rollout.engines import ReplayEngine, SamplingParams
-    from rollout.templates import render_prompt
+    from searchrl.rollout.agent import Runtime, load_agent_executor
+    from searchrl.rollout.engines import ReplayEngine, SamplingParams
+    from searchrl.stage.config import stage_package
+    from searchrl.stage.templates import render_prompt
 
     executor = load_agent_executor(ROOT / f"{stage_package(stage.stage)}/agent_func.py")
     prompt = render_prompt(model_cfg, QUESTION)

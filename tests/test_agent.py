@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from reward_server.app import ServerSettings, create_app
-from rollout.agent import Runtime, load_agent_executor
-from rollout.config import load_stage
-from rollout.engines import HFEngine, ReplayEngine, SamplingParams, recorded_actions
-from rollout.reward_client import RewardServerError
-from rollout.service import free_port
-from rollout.templates import render_prompt
-from rollout.tiny_policy import build_model, build_tokenizer
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as create_search_app
+from searchrl.process import free_port
 from searchrl.protocol import BEGIN_DOCS, END_QUERY
+from searchrl.rollout.agent import Runtime, load_agent_executor
+from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams, recorded_actions
+from searchrl.rollout.reward_client import RewardServerError
+from searchrl.stage.config import load_stage
+from searchrl.stage.templates import render_prompt
+from searchrl.tiny_policy.model import build_model, build_tokenizer
 from tests.conftest import FIXTURES, ROOT, serve
 from tests.test_search_fixtures import fixture_index
 
@@ -262,7 +262,7 @@ def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, mod
 
 
 def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers, tokenizer, model):
-    from rollout.backends import StageSearchConfig
+    from searchrl.stage.search import StageSearchConfig
     from tests.fakes_web import FakeControl, chat_app
 
     def ask(name):
@@ -323,7 +323,7 @@ def test_multi_query_block_through_the_openrlhf_loop(servers, tokenizer, model):
 
 
 def test_rag_r1_preset_is_rag_r1s_multi_query_search(servers, tokenizer, model):
-    from rollout.stage_prompt import effective_model
+    from searchrl.stage.prompt import effective_model
 
     search_url, reward_url = servers
     overrides = [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0"]

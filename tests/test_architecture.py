@@ -111,7 +111,7 @@ def test_imports_go_down_the_layers() -> None:
 
 
 def test_the_job_uploads_every_package_the_agent_files_reach() -> None:
-    from rollout.submit import UPLOAD
+    from searchrl.job.submit import UPLOAD
 
     edges = package_edges()
     reached, todo = set(), [f.split("/")[0] for f in AGENT_ENTRY_FILES]
@@ -120,7 +120,7 @@ def test_the_job_uploads_every_package_the_agent_files_reach() -> None:
         if package not in reached:
             reached.add(package)
             todo += [b for a, b in edges if a == package]
-    assert reached <= set(UPLOAD), f"add {sorted(reached - set(UPLOAD))} to rollout/submit.py UPLOAD"
+    assert reached <= set(UPLOAD), f"add {sorted(reached - set(UPLOAD))} to searchrl/job/submit.py UPLOAD"
 
 
 def test_core_imports_nothing_of_ours() -> None:

@@ -7,7 +7,7 @@ import sys
 import httpx
 import pytest
 
-from rollout.service import free_port, start_module, stop
+from searchrl.process import free_port, start_module, stop
 
 GEN = "tests/fixtures/r1searcher"
 

@@ -73,7 +73,7 @@ def test_unknown_subcommand_exits_2_naming_the_choices():
 
 
 def test_arguments_reach_the_target_untouched():
-    # rollout.submit's own parser rejects a stage it does not know; the CLI adds only the mode flag.
+    # searchrl.job.submit's own parser rejects a stage it does not know; the CLI adds only the mode flag.
     proc = cli("stage", "dry-run", "stage3")
     assert proc.returncode == 2 and "invalid choice: 'stage3'" in proc.stderr
     proc = cli("eval", "report", str(ROOT / "nonexistent"))

@@ -1,9 +1,9 @@
 import pytest
 
 from reward_server.spec import load_reward_spec
-from rollout.config import ModelConfig, StageConfig, load_stage
-from rollout.openrlhf_flags import parser_flags, render_flags, unknown_flags
 from searchrl.config import ConfigError, apply_override, load
+from searchrl.stage.config import ModelConfig, StageConfig, load_stage
+from searchrl.stage.openrlhf_flags import parser_flags, render_flags, unknown_flags
 
 STAGE1 = "configs/stages/stage1_format.yaml"
 STAGE2 = "configs/stages/stage2_answer.yaml"

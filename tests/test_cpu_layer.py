@@ -1,4 +1,4 @@
-"""The training rehearsal's CPU layer (`rehearsal_cpu/`): vLLM's request semantics kept by the stand-in,
+"""The training rehearsal's CPU layer (`searchrl/rehearsal/cpu/`): vLLM's request semantics kept by the stand-in,
 the weight sync over gloo through OpenRLHF's own set-up code, the flash-attn padding helpers, the SDPA
 override giving packed samples the log-probs they have unpacked, the CUDA shims and the overrides
 applied after OpenRLHF's checks."""
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from rehearsal_cpu.cuda_shims import CpuDevice
-from rehearsal_cpu.sampler import BatchSampler
-from rollout.tiny_policy import build_policy
+from searchrl.rehearsal.cpu.cuda_shims import CpuDevice
+from searchrl.rehearsal.cpu.sampler import BatchSampler
+from searchrl.tiny_policy.model import build_policy
 
 ROOT = Path(__file__).resolve().parent.parent
-STUBS = ROOT / "rehearsal_cpu" / "stubs"
+STUBS = ROOT / "searchrl/rehearsal/cpu" / "stubs"
 TEXTS = [
     "Who wrote the book? <|begin_of_query|> book author <|end_of_query|>\n\n<|begin_of_documents|>\n(1)x\n"
     "<|end_of_documents|>\n\n The author is Ann. </think>\n<answer> Ann </answer>"
@@ -210,7 +210,7 @@ def test_cuda_shim_device_is_the_cpu_and_formats_as_an_index():
 def test_overrides_are_applied_after_openrlhf_checks(monkeypatch, capsys):
     import openrlhf.utils
 
-    from rehearsal_cpu.launch import apply_after_checks
+    from searchrl.rehearsal.cpu.launch import apply_after_checks
 
     seen = {}
     monkeypatch.setattr(openrlhf.utils, "get_strategy", lambda args: seen.setdefault("args", args))
@@ -225,14 +225,14 @@ def test_the_layer_imports_only_the_core():
     """It is shipped (py_modules) to rehearsal jobs only, beside the uploaded code: it may use the core, nothing
     that would make a real job's code reach it."""
     own = {"search_backend", "reward_server", "rollout", "routing", "eval", "launch", "benchmarks"}
-    for file in (ROOT / "rehearsal_cpu").rglob("*.py"):
+    for file in (ROOT / "searchrl/rehearsal/cpu").rglob("*.py"):
         text = file.read_text(encoding="utf-8")
         found = [m for m in own if f"from {m}" in text or f"import {m}" in text]
         assert not found, f"{file}: imports {found}"
 
 
 def test_launch_has_help():
-    done = subprocess.run([sys.executable, "-m", "rehearsal_cpu.launch", "--help"], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    cmd = [sys.executable, "-m", "searchrl.rehearsal.cpu.launch", "--help"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0 and "train_ppo_ray" in done.stdout
     assert json.dumps  # the module's own --help, not argparse's: the flags after MODULE go to OpenRLHF

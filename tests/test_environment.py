@@ -6,12 +6,12 @@ import pytest
 
 from reward_server.app import ServerSettings, create_app
 from reward_server.spec import STAGE2_ANSWER
-from rollout.config import EpisodeConfig
-from rollout.engines import recorded_actions
-from rollout.environment import Episode, SearchEnvironment
-from rollout.reward_client import RewardClient, RewardServerError
-from rollout.service import free_port
 from search_backend.base import Passage, SearchError
+from searchrl.process import free_port
+from searchrl.rollout.engines import recorded_actions
+from searchrl.rollout.environment import Episode, SearchEnvironment
+from searchrl.rollout.reward_client import RewardClient, RewardServerError
+from searchrl.stage.config import EpisodeConfig
 from tests.conftest import serve
 
 DOCS = "\n\n<|begin_of_documents|>\n(1)A\n<|end_of_documents|>\n\n"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from eval.run_local import main as run_local
-from rollout.hub import HubError
-from rollout.questions import load_questions, parse_hf
+from searchrl.hub import HubError
 from searchrl.jsonl import RecordError
+from searchrl.qa_data.questions import load_questions, parse_hf
 from tests.conftest import ROOT
 
 QUESTION = "Who was the first president of the United States?"
@@ -25,7 +25,7 @@ RECORDED = (
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from rollout.tiny_policy import save_checkpoint
+    from searchrl.tiny_policy.model import save_checkpoint
 
     texts = [line for line in (ROOT / "examples/bamboogle_llama_sample.jsonl").open()][:8]
     return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "final", texts)
@@ -175,7 +175,7 @@ def test_offline_errors_name_what_to_download(mini_index, tmp_path, capsys, monk
         + ["--index", str(mini_index), "--out", str(tmp_path / "c")]
     )
     assert code == 2 and "huggingface-cli download Qwen/Qwen2.5-7B" in capsys.readouterr().err
-    from rollout.prompt_data import main as prepare
+    from searchrl.qa_data.prompt_data import main as prepare
 
     src = tmp_path / "q.jsonl"
     src.write_text(json.dumps({"question": "q?", "answer": "a"}) + "\n")
@@ -196,7 +196,7 @@ def test_offline_errors_name_what_to_download(mini_index, tmp_path, capsys, monk
 
 
 @pytest.mark.parametrize(
-    "module", ["eval.judge", "eval.run_local", "eval.run_bamboogle_online", "rollout.tiny_policy"]
+    "module", ["eval.judge", "eval.run_local", "eval.run_bamboogle_online", "searchrl.tiny_policy.model"]
 )
 def test_help(module, capsys):
     import importlib

@@ -12,9 +12,9 @@ from fastapi import FastAPI
 
 from eval.run_local import main as run_local
 from eval.segments import segment_text
-from rollout.service import free_port
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as search_app
+from searchrl.process import free_port
 from searchrl.protocol import BEGIN_QUERY, END_QUERY
 from tests.conftest import serve
 from tests.fakes_web import FakeControl, chat_app

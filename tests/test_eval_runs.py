@@ -9,15 +9,15 @@ import pytest
 
 from eval.generation import Completion, GenParams, run_episodes
 from eval.score import score_file
-from rollout.config import EpisodeConfig
-from rollout.environment import SearchEnvironment
 from search_backend.base import Passage
+from searchrl.rollout.environment import SearchEnvironment
+from searchrl.stage.config import EpisodeConfig
 from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module")
 def tiny_model_config(tmp_path_factory):
-    from rollout.tiny_policy import build_model, build_tokenizer
+    from searchrl.tiny_policy.model import build_model, build_tokenizer
 
     d = tmp_path_factory.mktemp("tiny")
     tok = build_tokenizer([line for line in (ROOT / "examples/bamboogle_llama_sample.jsonl").open()])

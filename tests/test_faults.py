@@ -7,11 +7,11 @@ import logging
 import pytest
 
 from eval.generation import Completion, GenParams, run_episodes
-from rollout.config import EpisodeConfig
-from rollout.environment import SearchEnvironment
-from rollout.reward_client import RewardClient, RewardServerError
-from rollout.service import free_port, start_module, stop
 from search_backend.http_client import HttpSearchBackend
+from searchrl.process import free_port, start_module, stop
+from searchrl.rollout.environment import SearchEnvironment
+from searchrl.rollout.reward_client import RewardClient, RewardServerError
+from searchrl.stage.config import EpisodeConfig
 
 ANSWER = "done </think><answer> x </answer>"
 
@@ -37,7 +37,7 @@ class KillingEngine:
 def test_retrieval_server_killed_and_restarted_mid_batch(mini_index, tmp_path, caplog):
     """A client allowed one retry (so the searches of turn 2 fail): the episodes go on, each failure is counted
     in search_errors and shown as a failed search, and the run says so in a warning, never silently."""
-    caplog.set_level(logging.WARNING, logger="rollout.environment")
+    caplog.set_level(logging.WARNING, logger="searchrl.rollout.environment")
     port = free_port()
     args = ["--index", str(mini_index), "--threads", "1"]
     procs = [start_module("search_backend.serve", args, port, tmp_path / "search.log", 180)]
@@ -71,7 +71,7 @@ def test_retrieval_server_killed_and_restarted_mid_batch(mini_index, tmp_path, c
         assert ep.num_searches == 3 and ep.search_errors == 1  # turn 2 hit the dead server, turns 1 and 3 did not
         blocks = ep.solution.split("<|begin_of_documents|>\n(1)")[1:]
         assert "The search failed" in blocks[1] and "The search failed" not in blocks[0] + blocks[2]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "rollout.environment"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "searchrl.rollout.environment"]
     assert len(warnings) == 1 and warnings[0].startswith("12 searches failed") and "search_errors" in warnings[0]
 
 
@@ -308,7 +308,7 @@ def _echo_search_server(port: int):
     import subprocess
     import sys
 
-    from rollout.service import wait_healthy
+    from searchrl.process import wait_healthy
     from tests.conftest import ROOT
 
     proc = subprocess.Popen([sys.executable, "-c", ECHO_SEARCH_SERVER, str(port)], cwd=ROOT)

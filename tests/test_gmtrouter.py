@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from rollout.backends import StageSearchConfig, open_backend
-from routing.gmtrouter.__main__ import main
-from routing.gmtrouter.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from routing.gmtrouter.data import LogError, read_logs, sessions_of
-from routing.gmtrouter.evaluate import heldout_experiment
-from routing.gmtrouter.graph import UserHistory
-from routing.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig, PersonalRouter
-from routing.gmtrouter.synthetic import MODELS
-from routing.gmtrouter.train import TrainConfig
+from searchrl.rollout.backends import open_backend
+from searchrl.routing.gmtrouter.__main__ import main
+from searchrl.routing.gmtrouter.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from searchrl.routing.gmtrouter.data import LogError, read_logs, sessions_of
+from searchrl.routing.gmtrouter.evaluate import heldout_experiment
+from searchrl.routing.gmtrouter.graph import UserHistory
+from searchrl.routing.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig, PersonalRouter
+from searchrl.routing.gmtrouter.synthetic import MODELS
+from searchrl.routing.gmtrouter.train import TrainConfig
+from searchrl.stage.search import StageSearchConfig
 from tests.conftest import serve
 from tests.fakes_web import FakeControl, chat_app
 

@@ -15,16 +15,16 @@ import pytest
 import torch
 from torch_geometric.nn import HGTConv
 
-from routing.gmtrouter.__main__ import main
-from routing.gmtrouter.checkpoint import load_checkpoint
-from routing.gmtrouter.data import Interaction, LogError, UserLog, sessions_of
-from routing.gmtrouter.graph import EDGE_TYPES, LLMTable, TextTable, UserHistory, build_graph
-from routing.gmtrouter.metrics import pair_metrics, rated_pairs
-from routing.gmtrouter.model import CrossAttentionScorer, GMTRouterNet, NetConfig
-from routing.gmtrouter.original_format import read_original_logs, read_user_logs
-from routing.gmtrouter.policy import PersonalRouter
-from routing.gmtrouter.synthetic import synthesize
-from routing.gmtrouter.train import Pairs, TrainConfig, pairwise_loss, train_checkpoint, validate
+from searchrl.routing.gmtrouter.__main__ import main
+from searchrl.routing.gmtrouter.checkpoint import load_checkpoint
+from searchrl.routing.gmtrouter.data import Interaction, LogError, UserLog, sessions_of
+from searchrl.routing.gmtrouter.graph import EDGE_TYPES, LLMTable, TextTable, UserHistory, build_graph
+from searchrl.routing.gmtrouter.metrics import pair_metrics, rated_pairs
+from searchrl.routing.gmtrouter.model import CrossAttentionScorer, GMTRouterNet, NetConfig
+from searchrl.routing.gmtrouter.original_format import read_original_logs, read_user_logs
+from searchrl.routing.gmtrouter.policy import PersonalRouter
+from searchrl.routing.gmtrouter.synthetic import synthesize
+from searchrl.routing.gmtrouter.train import Pairs, TrainConfig, pairwise_loss, train_checkpoint, validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gmtrouter"
 T0 = datetime(2025, 3, 1, tzinfo=UTC)

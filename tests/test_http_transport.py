@@ -9,8 +9,6 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from rollout.reward_client import RewardClient, RewardRequestError
-from rollout.service import free_port
 from search_backend.base import SearchAuthError, SearchError
 from search_backend.http_client import HttpSearchBackend
 from searchrl.http_transport import (
@@ -23,6 +21,8 @@ from searchrl.http_transport import (
     json_object,
     with_retries,
 )
+from searchrl.process import free_port
+from searchrl.rollout.reward_client import RewardClient, RewardRequestError
 from tests.conftest import serve
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from rollout.config import stage_package
-from rollout.openrlhf_flags import check_args
+from searchrl.stage.config import stage_package
+from searchrl.stage.openrlhf_flags import check_args
 from tests.conftest import FIXTURES, ROOT
 
 MODELS = ["configs/models/qwen2.5-7b-base.yaml", "configs/models/llama3.1-8b-instruct.yaml"]
@@ -146,9 +146,9 @@ def test_golds_that_cannot_be_read_are_refused_naming_the_record(tmp_path, stage
 
 
 def test_rag_r1_data_is_rendered_with_its_multi_query_prompt(tmp_path):
-    from rollout import preflight
-    from rollout.config import load_stage
-    from rollout.stage_prompt import effective_model
+    from searchrl.job import preflight
+    from searchrl.stage.config import load_stage
+    from searchrl.stage.prompt import effective_model
 
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"question": "Who wrote On the Origin of Species?", "answer": "Charles Darwin"}) + "\n")
@@ -171,7 +171,7 @@ def test_rag_r1_data_is_rendered_with_its_multi_query_prompt(tmp_path):
     assert not check.ok and "--config configs/stages/rag_r1.yaml" in check.fix
 
 
-@pytest.mark.parametrize("module", ["rollout.submit", "stage1_format.prepare_data", "stage2_answer.prepare_data"])
+@pytest.mark.parametrize("module", ["searchrl.job.submit", "stage1_format.prepare_data", "stage2_answer.prepare_data"])
 def test_help(module):
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and "usage:" in out.stdout
@@ -274,7 +274,7 @@ def test_servers_restart_cleanly_and_say_whose_process_holds_a_port(tmp_path, mi
     import socket
 
     from launch.server_process import cmdline
-    from rollout.service import free_port
+    from searchrl.process import free_port
 
     run_dir = tmp_path / "servers"
     search_port, reward_port = free_port(), free_port()
@@ -333,7 +333,7 @@ while True:
 
 def test_stop_waits_until_the_server_has_exited_and_never_signals_a_stranger(tmp_path):
     from launch.server_process import cmdline, main, port_owner_message
-    from rollout.service import free_port
+    from searchrl.process import free_port
 
     port = free_port()
     proc = subprocess.Popen(

@@ -4,8 +4,9 @@ import asyncio
 
 import pytest
 
-from rollout.backends import StageSearchConfig, open_backend
 from search_backend.base import SearchError
+from searchrl.rollout.backends import open_backend
+from searchrl.stage.search import StageSearchConfig
 from tests.conftest import ROOT, serve
 from tests.fakes_web import FakeControl, chat_app
 
@@ -86,8 +87,8 @@ def test_router_section_is_required():
 
 
 def test_router_r1_naming_picks_models_by_the_words_of_the_name():
-    from rollout.config import load_stage
-    from routing.names import pick
+    from searchrl.routing.names import pick
+    from searchrl.stage.config import load_stage
 
     pool = load_stage(ROOT / "configs/stages/router_r1.yaml")[0].search.router
     assert pool is not None and pool.naming == "router_r1"
@@ -116,9 +117,9 @@ def test_router_r1_naming_picks_models_by_the_words_of_the_name():
 
 
 def test_router_r1_pool_sends_the_framing_and_sampling_and_answers_unknown_names_with_none():
-    from rollout.config import load_stage
-    from routing.llm_router import UNROUTED, LLMRouterBackend
-    from routing.loopback_pool import repoint
+    from searchrl.routing.llm_router import UNROUTED, LLMRouterBackend
+    from searchrl.routing.loopback_pool import repoint
+    from searchrl.stage.config import load_stage
 
     control = FakeControl(api_key=None)
     with serve(chat_app(control, lambda messages: "It was Nidal Hasan.")) as url:
@@ -145,10 +146,10 @@ def test_router_r1_pool_sends_the_framing_and_sampling_and_answers_unknown_names
 
 
 def test_the_environment_reports_unrouted_queries_to_the_reward_server():
-    from rollout.config import EpisodeConfig
-    from rollout.environment import Episode, SearchEnvironment
-    from routing.llm_router import UNROUTED
     from search_backend.base import Passage
+    from searchrl.rollout.environment import Episode, SearchEnvironment
+    from searchrl.routing.llm_router import UNROUTED
+    from searchrl.stage.config import EpisodeConfig
 
     class Pool:
         async def search(self, queries, top_k):

@@ -11,8 +11,8 @@ import httpx
 
 from reward_server.app import ServerSettings, create_app
 from reward_server.spec import STAGE2_ANSWER
-from rollout.reward_client import RewardClient
-from rollout.service import free_port, start_module, stop
+from searchrl.process import free_port, start_module, stop
+from searchrl.rollout.reward_client import RewardClient
 from tests.conftest import serve
 
 BODY = {"query": ["q </think><answer> Paris </answer>"], "labels": ["Paris"]}

@@ -9,8 +9,8 @@ import pytest
 from reward_server.app import ServerSettings, create_app
 from reward_server.scoring import score_solution
 from reward_server.spec import PRESETS, STAGE2_ANSWER
-from rollout.reward_client import RewardClient
 from searchrl.metrics import as_golds
+from searchrl.rollout.reward_client import RewardClient
 from tests.conftest import serve
 
 PROMPT = "User:Where is the Eiffel Tower?\nAssistant: <think>"

@@ -15,19 +15,19 @@ import pytest
 from eval import routing
 from reward_server.app import ServerSettings
 from reward_server.app import create_app as create_reward_app
-from rollout.agent import Runtime, load_agent_executor
-from rollout.config import load_stage
-from rollout.engines import SamplingParams
-from rollout.openrlhf_flags import check_args, validated_args
-from rollout.rehearsal_job import ReplayVllmEngine
-from rollout.stage_prompt import effective_model
-from rollout.templates import load_tokenizer, render_prompt
-from rollout.tiny_policy import build_tokenizer
-from routing.loopback_pool import create_app as create_pool_app
-from routing.loopback_pool import repoint, skills_by_price
-from routing.routed_recordings import by_price, route_trajectory
 from searchrl.jsonl import RecordError
 from searchrl.protocol import BEGIN_DOCS, END_DOCS
+from searchrl.rehearsal.job import ReplayVllmEngine
+from searchrl.rollout.agent import Runtime, load_agent_executor
+from searchrl.rollout.engines import SamplingParams
+from searchrl.routing.loopback_pool import create_app as create_pool_app
+from searchrl.routing.loopback_pool import repoint, skills_by_price
+from searchrl.routing.routed_recordings import by_price, route_trajectory
+from searchrl.stage.config import load_stage
+from searchrl.stage.openrlhf_flags import check_args, validated_args
+from searchrl.stage.prompt import effective_model
+from searchrl.stage.templates import load_tokenizer, render_prompt
+from searchrl.tiny_policy.model import build_tokenizer
 from stage_router_r1.data import read_router_records
 from tests.conftest import ROOT, serve
 
@@ -144,7 +144,7 @@ def test_optimal_model_is_the_cheapest_right_one(tmp_path, chat_model):
             "--model", str(chat_model),
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-    from routing.loopback_pool import CannedPool
+    from searchrl.routing.loopback_pool import CannedPool
 
     canned = CannedPool(qa, skills)
     order = by_price(stage.search.router)

@@ -216,9 +216,9 @@ def test_no_trajectory_beats_the_clean_one_of_its_group(cost_weight):
 def test_segments_end_at_the_answer_as_router_r1_cuts_its_responses():
     from types import SimpleNamespace
 
-    from rollout.agent import SegmentEngine
-    from rollout.config import load_stage
-    from rollout.engines import SamplingParams
+    from searchrl.rollout.agent import SegmentEngine
+    from searchrl.rollout.engines import SamplingParams
+    from searchrl.stage.config import load_stage
     from tests.conftest import ROOT
 
     seen = []
@@ -239,8 +239,8 @@ def test_segments_end_at_the_answer_as_router_r1_cuts_its_responses():
 def test_routed_recordings_take_router_r1s_shape():
     import json
 
-    from rollout.config import load_stage
-    from routing.routed_recordings import by_price, route_trajectory
+    from searchrl.routing.routed_recordings import by_price, route_trajectory
+    from searchrl.stage.config import load_stage
     from tests.conftest import ROOT
 
     pool = load_stage(ROOT / "configs/stages/router_r1.yaml")[0].search.router

@@ -200,7 +200,7 @@ def test_sighup_reloads_a_rebuilt_index(tmp_path):
     import signal
     import time
 
-    from rollout.service import free_port, start_module, stop
+    from searchrl.process import free_port, start_module, stop
 
     out = tmp_path / "index"
     shutil.copytree(clean_build(0), out)

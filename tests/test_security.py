@@ -39,7 +39,7 @@ def test_servers_bind_loopback_by_default():
 
     assert build_parser().parse_args(["--preset", "stage2-answer"]).host == "127.0.0.1"
     assert parser().parse_args(["--index", "x"]).host == "127.0.0.1"
-    from routing.loopback_pool import build_parser as pool_parser
+    from searchrl.routing.loopback_pool import build_parser as pool_parser
 
     assert pool_parser().parse_args(["--qa", "x"]).host == "127.0.0.1"
 

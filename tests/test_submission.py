@@ -19,20 +19,20 @@ import pytest
 
 from reward_server.app import ServerSettings, create_app
 from reward_server.scoring import score_solution
-from rollout import preflight, submit
-from rollout.agent import Runtime, load_agent_executor, stage_from_env
-from rollout.config import CONFIG_JSON_ENV, load_stage, stage_package
-from rollout.engines import SamplingParams
-from rollout.environment import Episode, SearchEnvironment
-from rollout.openrlhf_flags import check_args
-from rollout.rehearsal_job import ReplayVllmEngine, install_vllm_standin
-from rollout.templates import render_prompt
-from rollout.tiny_policy import build_tokenizer
 from search_backend.base import SearchAuthError
 from search_backend.http_client import HttpSearchBackend
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as create_search_app
+from searchrl.job import preflight, submit
 from searchrl.protocol import BEGIN_DOCS, END_DOCS
+from searchrl.rehearsal.job import ReplayVllmEngine, install_vllm_standin
+from searchrl.rollout.agent import Runtime, load_agent_executor, stage_from_env
+from searchrl.rollout.engines import SamplingParams
+from searchrl.rollout.environment import Episode, SearchEnvironment
+from searchrl.stage.config import CONFIG_JSON_ENV, load_stage, stage_package
+from searchrl.stage.openrlhf_flags import check_args
+from searchrl.stage.templates import render_prompt
+from searchrl.tiny_policy.model import build_tokenizer
 from tests.conftest import FIXTURES, ROOT, serve
 from tests.test_search_fixtures import fixture_index
 
@@ -142,7 +142,7 @@ def test_ray_package_holds_code_and_config_only(tmp_path, monkeypatch, fresh_clo
     env = {**submit.runtime_env(plan), "working_dir": str(clone), "excludes": submit.excludes(clone)}
     report = preflight.build_package(env, tmp_path / "package.zip")
     agent = f"{stage_package(submit.STAGES[stage])}/agent_func.py"
-    assert agent in report.files and "rollout/agent.py" in report.files
+    assert agent in report.files and "searchrl/rollout/agent.py" in report.files
     assert report.bytes < 5 << 20 and not report.data_files
     assert not [f for f in report.files if f.startswith(("indexes/", "runs/", "kilt", ".venv", "configs/resolved"))]
     # The resolved config reaches a worker through env_vars alone: no file to find.
@@ -175,7 +175,7 @@ def test_secrets_forwarded_and_masked(monkeypatch, capsys):
 def test_refused_search_token_fails_fast():
     """Defect 4: a 401 from the retrieval server stops the episode with a clear error, instead of
     turning every search into a "The search failed" documents block."""
-    from rollout.config import EpisodeConfig
+    from searchrl.stage.config import EpisodeConfig
 
     with serve(create_search_app(ServerConfig(index_dir=fixture_index(), token="right"))) as url:
 

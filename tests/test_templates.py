@@ -1,9 +1,9 @@
 import pytest
 from transformers import AutoTokenizer
 
-from rollout.config import ModelConfig
-from rollout.templates import render_prompt
 from searchrl.config import load
+from searchrl.stage.config import ModelConfig
+from searchrl.stage.templates import render_prompt
 
 
 def minilm_tokenizer():

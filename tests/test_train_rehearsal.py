@@ -13,10 +13,12 @@ import pytest
 
 from reward_server.scoring import score_solution
 from reward_server.spec import STAGE1_FORMAT
-from rollout import cpu_layer, preflight, sft, warm_start
-from rollout.openrlhf_flags import validated_args
-from rollout.rehearse import RAY_NAMED_PORTS, ephemeral_range, ray_ports
-from rollout.submit import resolve, runtime_env
+from searchrl.job import preflight, sft
+from searchrl.job.submit import resolve, runtime_env
+from searchrl.rehearsal import cpu_layer
+from searchrl.rehearsal.episodes import RAY_NAMED_PORTS, ephemeral_range, ray_ports
+from searchrl.stage.openrlhf_flags import validated_args
+from searchrl.tiny_policy import warm_start
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_KEYS = {"py_modules", "worker_process_setup_hook"}
@@ -29,11 +31,11 @@ def test_a_real_submit_neither_carries_nor_activates_the_cpu_layer(stage, tmp_pa
     assert not CPU_KEYS & set(env), env.keys()
     assert not [k for k in env["env_vars"] if k.startswith("SEARCHRL_CPU")]
     package = preflight.build_package(env, tmp_path / "package.zip")
-    assert not [f for f in package.files if f.startswith("rehearsal_cpu/")]
+    assert not [f for f in package.files if f.startswith("searchrl/rehearsal/cpu/")]
     assert not [f for f in package.files if f.startswith(("vllm/", "flash_attn/"))]
     assert any(f.startswith("rollout/") for f in package.files)  # the package itself is the real one
     # The job's entry is OpenRLHF's module itself, not the rehearsal's launcher.
-    from rollout.submit import ray_command
+    from searchrl.job.submit import ray_command
 
     assert ray_command(plan, None, env)[-len(plan["train_args"]) - 3 :][:3] == [
         "python3",
@@ -51,8 +53,8 @@ def test_the_rehearsal_adds_exactly_the_cpu_layer(tmp_path):
     assert {k: v for k, v in cpu.items() if k not in CPU_KEYS | {"env_vars"}} == {
         k: v for k, v in env.items() if k != "env_vars"
     }
-    assert cpu["worker_process_setup_hook"] == "rehearsal_cpu.activate"
-    assert [Path(p).name for p in cpu["py_modules"]] == ["rehearsal_cpu", "vllm", "flash_attn"]
+    assert cpu["worker_process_setup_hook"] == "searchrl.rehearsal.cpu.activate"
+    assert [Path(p).name for p in cpu["py_modules"]] == ["vllm", "flash_attn"]
     added = set(cpu["env_vars"]) - set(env["env_vars"])
     assert added == {cpu_layer.OVERRIDES_ENV, cpu_layer.SYNC_LOG_ENV}
     # OpenRLHF's train() calls ray.init with these env vars: Ray refuses a job env naming any of them.
@@ -109,7 +111,7 @@ def test_sft_messages_keep_documents_out_of_the_loss(tmp_path):
     policy's segments and the EOS, never a token of the documents nor of the prompt."""
     from openrlhf.datasets import SFTDataset
 
-    from rollout.tiny_policy import build_policy
+    from searchrl.tiny_policy.model import build_policy
 
     solution = (
         " I will search. <|begin_of_query|> dune author <|end_of_query|>\n\n<|begin_of_documents|>\n"
@@ -158,8 +160,8 @@ def test_sft_flags_pass_train_sft_parser():
 
 
 def test_stage2_without_a_stage1_checkpoint_says_how_to_make_one(tmp_path):
-    from rollout.train_rehearsal import train
     from searchrl.config import ConfigError
+    from searchrl.rehearsal.training import train
 
     with pytest.raises(ConfigError, match=r"searchrl stage rehearse stage1 --train --steps N --out"):
         train("stage2", None, [], 2, out=tmp_path)
@@ -168,7 +170,7 @@ def test_stage2_without_a_stage1_checkpoint_says_how_to_make_one(tmp_path):
 def test_step_curves_and_synced_digests_read_openrlhf_logs(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from rollout.train_rehearsal import step_curves, step_table, synced_digests
+    from searchrl.rehearsal.training import step_curves, step_table, synced_digests
 
     writer = SummaryWriter(str(tmp_path / "tb" / "run"))
     for step, reward in ((1, 0.25), (2, 0.75)):

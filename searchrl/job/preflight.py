@@ -1,0 +1,311 @@
+"""Every check of a submission, without submitting: `launch/ray_submit.sh STAGE --preflight`.
+
+A real submit runs the same checks first and stops on a failure, because each one, missed, costs a
+job that dies (or trains on the wrong thing) after vLLM and DeepSpeed have loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from searchrl.stage.config import CONFIG_JSON_ENV, StageConfig, stage_package
+from searchrl.stage.templates import template_fingerprint
+
+# Ray refuses a working_dir package of this size or more (its gRPC message limit, 512 MiB).
+RAY_PACKAGE_LIMIT = 512 * 1024 * 1024
+# A single file this large in the upload is data, not code (Ray itself warns from 10 MiB).
+LARGE_FILE = 10 * 1024 * 1024
+DATA_SUFFIXES = (".faiss", ".npy", ".safetensors", ".bin", ".pt", ".arrow", ".parquet", ".mmap", ".tar", ".gz")
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class PackageReport:
+    files: list[str]
+    bytes: int
+    data_files: list[str] = field(default_factory=list)
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / 1024 / 1024
+
+
+def build_package(runtime_env: dict[str, Any], out: Path) -> PackageReport:
+    """The working_dir zip exactly as `ray job submit` builds it (Ray's own packaging code, its
+    default excludes, .gitignore/.rayignore honoured unless RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1)."""
+    from ray._private import ray_constants
+    from ray._private.runtime_env.packaging import create_package
+
+    include_gitignore = os.environ.get(ray_constants.RAY_RUNTIME_ENV_IGNORE_GITIGNORE, "0") != "1"
+    excludes = ray_constants.get_runtime_env_default_excludes() + list(runtime_env.get("excludes") or [])
+    if out.exists():
+        out.unlink()
+    quiet = logging.getLogger("searchrl.package")
+    quiet.setLevel(logging.WARNING)
+    create_package(
+        runtime_env["working_dir"], out, include_gitignore=include_gitignore, excludes=excludes, logger=quiet
+    )
+    with zipfile.ZipFile(out) as z:
+        infos = [i for i in z.infolist() if not i.is_dir()]
+    data = [i.filename for i in infos if i.file_size >= LARGE_FILE or i.filename.endswith(DATA_SUFFIXES)]
+    return PackageReport([i.filename for i in infos], out.stat().st_size, data)
+
+
+def _auth(token_env: str) -> dict[str, str]:
+    token = os.environ.get(token_env)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _get_health(url: str, token_env: str, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+    try:
+        r = httpx.get(f"{url.rstrip('/')}/health", headers=_auth(token_env), timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return None, f"{type(e).__name__}"
+    if r.status_code != 200:
+        return None, f"HTTP {r.status_code}"
+    try:
+        return r.json(), "ok"
+    except ValueError:
+        return None, "answered with something that is not JSON"
+
+
+def _token_accepted(url: str, path: str, body: dict[str, Any], token_env: str, timeout_s: float) -> bool | None:
+    """Whether the server accepts the token the job will carry: an empty request is refused as
+    malformed (4xx, not 401/403) once past authentication. None when the server cannot be reached."""
+    try:
+        r = httpx.post(f"{url.rstrip('/')}{path}", json=body, headers=_auth(token_env), timeout=timeout_s)
+    except httpx.HTTPError:
+        return None
+    return r.status_code not in (401, 403)
+
+
+def _normalised(spec: Any) -> Any:
+    return json.loads(json.dumps(spec))
+
+
+def started_here(url: str, run_dir: Path) -> dict[str, Any] | None:
+    """The record launch/start_servers.sh wrote for the server it started on this URL, if any."""
+    for record in sorted(run_dir.glob("*.json")):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("url", "").rstrip("/") == url.rstrip("/"):
+            return data
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def check_servers(stage: StageConfig, run_dir: Path, timeout_s: float = 5.0) -> list[Check]:
+    checks = []
+    servers: list[tuple[str, str, str, str, dict[str, Any]]] = [
+        ("reward server", u, stage.reward_server.token_env, "/get_reward", {"query": []})
+        for u in stage.reward_server.urls
+    ]
+    if stage.search.backend == "http":
+        servers += [
+            ("retrieval server", u, stage.search.token_env, "/search", {"queries": [], "top_k": 0})
+            for u in stage.search.urls
+        ]
+    start = f"bash launch/start_servers.sh --index DIR --stage {stage.stage.split('_')[0]}"
+    for what, url, token_env, path, probe in servers:
+        health, status = _get_health(url, token_env, timeout_s)
+        if health is None:
+            checks.append(Check(f"{what} healthy", False, f"{url}/health: {status}", f"start it: {start}"))
+            continue
+        checks.append(Check(f"{what} healthy", True, f"{url}/health answered"))
+        record = started_here(url, run_dir)
+        if record is not None:
+            pid = int(record.get("pid", -1))
+            ok = _alive(pid)
+            checks.append(
+                Check(
+                    f"{what} is the one start_servers.sh started",
+                    ok,
+                    f"pid {pid} ({record.get('name')}) {'running' if ok else 'is gone: someone else answers here'}",
+                    "" if ok else f"stop whatever holds {url}, then {start}",
+                )
+            )
+        accepted = _token_accepted(url, path, probe, token_env, timeout_s)
+        set_ = bool(os.environ.get(token_env))
+        checks.append(
+            Check(
+                f"{what} token",
+                accepted is not False,
+                f"${token_env} {'set, forwarded to the workers' if set_ else 'not set'}; "
+                f"{'accepted' if accepted else 'refused (401/403)' if accepted is False else 'not probed'}",
+                "" if accepted is not False else f"export {token_env}=<the server's token> before submitting",
+            )
+        )
+        if what == "reward server":
+            served = health.get("spec")
+            if served is None:
+                checks.append(
+                    Check(
+                        "reward spec equal",
+                        False,
+                        f"{url}/health shows no spec (it needs the bearer token)",
+                        f"export {token_env}=<the server's token>",
+                    )
+                )
+            else:
+                diff = stage.reward.differing_components(served) if isinstance(served, dict) else ["spec"]
+                checks.append(
+                    Check(
+                        "reward spec equal",
+                        not diff,
+                        f"the server scores with this stage's reward (digest {stage.reward.digest()})"
+                        if not diff
+                        else f"{url} scores another reward; differing components: {', '.join(diff)}",
+                        "" if not diff else f"restart the reward server for this stage: {start}",
+                    )
+                )
+    return checks
+
+
+def check_data(stage: StageConfig, flags: dict[str, Any], model: Any, stage_name: str) -> list[Check]:
+    data = flags.get("data.prompt_dataset")
+    prepare = (
+        f"python -m {stage_package(stage.stage)}.prepare_data --model {stage.model} --input QUESTIONS --out {data}"
+    )
+    if stage.prompt is not None:
+        # The stage's own prompt (RAG-R1's rules, Router-R1's pool) is rendered only through its config.
+        prepare += f" --config configs/stages/{stage_name}.yaml"
+    if not data:
+        return [Check("prompt data", False, "openrlhf.data.prompt_dataset is not set", prepare)]
+    path = Path(str(data))
+    if not path.is_file():
+        return [Check("prompt data", False, f"{path}: no such file", prepare)]
+    report_file = path.with_suffix(".report.json")
+    try:
+        report = json.loads(report_file.read_text())
+    except (OSError, ValueError):
+        return [Check("prompt data prepared for this model", False, f"{report_file}: no preparation report", prepare)]
+    want = template_fingerprint(model)
+    problems = []
+    if report.get("model") != model.name:
+        problems.append(f"prepared for model {report.get('model')!r}, this job's is {model.name!r}")
+    if report.get("template_sha256") not in (None, want):
+        problems.append("prepared with another prompt template")
+    if report.get("template_sha256") is None:
+        problems.append("the report names no template (prepared by an older version)")
+    keys = [flags.get("data.input_key") or "input", flags.get("data.label_key")]
+    with path.open(encoding="utf-8") as fh:
+        first = json.loads(fh.readline() or "{}")
+    missing = [k for k in keys if k and k not in first]
+    if missing:
+        problems.append(f"first record lacks {missing}")
+    return [
+        Check(
+            "prompt data prepared for this model",
+            not problems,
+            f"{path} ({report.get('written')} prompts, model {report.get('model')})"
+            if not problems
+            else "; ".join(problems),
+            "" if not problems else prepare,
+        )
+    ]
+
+
+def check_checkpoint(policy: str, policy_source: str) -> list[Check]:
+    if not policy_source.startswith("final checkpoint"):
+        return []
+    ok = (Path(policy) / "config.json").is_file()
+    return [
+        Check(
+            "starting checkpoint present",
+            ok,
+            f"{policy} ({policy_source})" + ("" if ok else ": no config.json yet"),
+            ""
+            if ok
+            else "wait for the previous stage to finish (OpenRLHF writes the final checkpoint at the end; "
+            "--when-ready waits for it) or set init_from=null / openrlhf.actor.model_name_or_path=PATH",
+        )
+    ]
+
+
+def check_package(runtime_env: dict[str, Any], agent_file: str) -> tuple[list[Check], PackageReport | None]:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        fix = "pip install -e '.[train]' (or '.[dev]' for the CPU rehearsal)"
+        return [Check("Ray package", False, "Ray is not installed here", fix)], None
+    with tempfile.TemporaryDirectory() as tmp:
+        report = build_package(runtime_env, Path(tmp) / "package.zip")
+    checks = [
+        Check(
+            "Ray package size",
+            report.bytes < RAY_PACKAGE_LIMIT,
+            f"{report.mib:.1f} MiB, {len(report.files)} files (Ray's limit: 512 MiB)",
+            "keep data outside the upload: see `excludes` in searchrl/job/submit.py",
+        ),
+        Check(
+            "Ray package holds the agent",
+            agent_file in report.files,
+            agent_file,
+            "run from the project root; the agent file must be inside working_dir",
+        ),
+        Check(
+            "Ray package carries no data",
+            not report.data_files,
+            "code and configs only" if not report.data_files else ", ".join(report.data_files[:5]),
+            "move indexes, corpora and checkpoints outside the uploaded folders",
+        ),
+    ]
+    return checks, report
+
+
+def check_config(runtime_env: dict[str, Any], stage: StageConfig) -> Check:
+    inline = runtime_env.get("env_vars", {}).get(CONFIG_JSON_ENV)
+    ok = inline is not None and StageConfig.model_validate(json.loads(inline)) == stage
+    return Check(
+        "config reaches every worker",
+        ok,
+        f"inline in env_vars ${CONFIG_JSON_ENV} ({len(inline or '')} bytes)",
+        "" if ok else "a bug: the runtime_env must carry the resolved config",
+    )
+
+
+def check_ray_cli() -> Check:
+    found = shutil.which("ray")
+    return Check(
+        "ray CLI",
+        found is not None,
+        found or "not on PATH",
+        "install the `train` extra on the submitting machine: pip install -e '.[train]'",
+    )
+
+
+def report(checks: list[Check], out: Callable[[str], None] = print) -> bool:
+    for c in checks:
+        out(f"  [{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+        if not c.ok and c.fix:
+            out(f"         fix: {c.fix}")
+    failed = sum(not c.ok for c in checks)
+    out(f"preflight: {len(checks) - failed} checks passed, {failed} failed")
+    return failed == 0

@@ -1,0 +1,55 @@
+"""Starting a server process and waiting until its `/health` answers (quickstart, benchmarks, tests)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> dict:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server process exited with code {proc.returncode} before it was healthy")
+        try:
+            r = httpx.get(f"{url}/health", timeout=2.0)
+            if r.status_code == 200:
+                return r.json()
+        except httpx.HTTPError as e:
+            last = e
+        time.sleep(0.1)
+    raise TimeoutError(f"{url}/health did not answer within {timeout_s:.0f}s (last error: {last})")
+
+
+def start_module(module: str, args: Sequence[str], port: int, log: Path | None = None, timeout_s: float = 60.0):
+    """`python -m module args --port PORT` in the background; returns the process once healthy."""
+    out = log.open("ab") if log else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, "-m", module, *args, "--port", str(port)], stdout=out, stderr=out)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", timeout_s, proc)
+    except Exception:
+        proc.kill()
+        raise
+    return proc
+
+
+def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,226 @@
+"""Preparing OpenRLHF's prompt dataset from questions and answers (R1-Searcher's format).
+
+Each output line is `{"prompt": <rendered with the model's template>, "label": <gold answer(s)>}`
+plus the question and, for stage 1, its difficulty bucket. Duplicates and questions that also
+appear in the four evaluation sets (leakage) are reported, and dropped unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from searchrl.config import ConfigError, load
+from searchrl.hub import HubError, load_dataset_rows
+from searchrl.jsonl import RecordError, read_jsonl
+from searchrl.metrics import as_golds, best_over_golds, normalize_answer
+from searchrl.paths import ROOT
+from searchrl.stage.config import ModelConfig, StageConfig, resolve_model_path
+from searchrl.stage.prompt import effective_model
+from searchrl.stage.templates import load_tokenizer, render_prompt, template_fingerprint
+
+EVAL_DIR = ROOT / "eval" / "data"
+EVAL_SETS = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}
+DEFAULT_BUCKETS = "hard:0-2,medium:3-6,easy:7-10"
+DEFAULT_MODEL = "configs/models/qwen2.5-7b-base.yaml"
+
+
+def read_questions(source: str, split: str, question_key: str, answer_key: str) -> Iterator[dict[str, Any]]:
+    """Records from a local JSONL file, or else a Hugging Face dataset name."""
+    if Path(source).is_file():
+        rows: Iterable[dict[str, Any]] = read_jsonl(source)
+    else:
+        rows = load_dataset_rows(source, None, split)[1]
+    for i, row in enumerate(rows, start=1):
+        if question_key not in row or answer_key not in row:
+            raise RecordError(
+                f"{source}: record {i}: needs keys {question_key!r} and {answer_key!r}; got {sorted(row)}"
+            )
+        yield row
+
+
+def question_key_of(question: str) -> str:
+    return normalize_answer(question)
+
+
+def eval_questions() -> dict[str, set[str]]:
+    return {
+        name: {question_key_of(r["question"]) for r in read_jsonl(EVAL_DIR / f"{file}.jsonl")}
+        for name, file in EVAL_SETS.items()
+    }
+
+
+def parse_buckets(spec: str) -> list[tuple[str, int, int]]:
+    buckets = []
+    for part in spec.split(","):
+        name, _, span = part.partition(":")
+        low, _, high = span.partition("-")
+        if not (name and low.isdigit() and high.isdigit()):
+            raise ConfigError(f"--buckets: `{part}` is not name:low-high (e.g. {DEFAULT_BUCKETS})")
+        buckets.append((name.strip(), int(low), int(high)))
+    return buckets
+
+
+def parse_mix(spec: str, names: list[str]) -> dict[str, float]:
+    mix = {}
+    for part in spec.split(","):
+        name, _, share = part.partition("=")
+        if name not in names:
+            raise ConfigError(f"--mix: unknown bucket {name!r}; buckets are {names}")
+        try:
+            mix[name] = float(share)
+        except ValueError:
+            raise ConfigError(f"--mix: `{part}` is not name=share") from None
+    total = sum(mix.values())
+    if total <= 0:
+        raise ConfigError("--mix: the shares must add up to more than 0")
+    return {k: v / total for k, v in mix.items()}
+
+
+def difficulty(row: dict[str, Any], golds: list[str], metric: str) -> int | None:
+    """How many recorded rollouts (`pred_anses`) were right; None when there are none."""
+    preds = row.get("pred_anses")
+    if not isinstance(preds, list) or not preds:
+        return None
+    return sum(best_over_golds(metric, str(p or ""), golds) >= 1.0 for p in preds)
+
+
+def mix_buckets(rows: list[dict[str, Any]], mix: dict[str, float], size: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    by_bucket: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_bucket.setdefault(row["bucket"], []).append(row)
+    chosen = []
+    for name, share in mix.items():
+        pool = by_bucket.get(name, [])
+        want = round(share * size)
+        if want > len(pool):
+            print(f"[prepare] bucket {name}: wanted {want}, only {len(pool)} available; taking all", file=sys.stderr)
+        chosen += rng.sample(pool, min(want, len(pool)))
+    rng.shuffle(chosen)
+    return chosen
+
+
+def prompt_model(model_file: str | None, config: str | None) -> tuple[ModelConfig, str]:
+    """The model config whose prompt the data is rendered with, and its file: `--model` as written, or, with
+    `--config`, the stage config's own prompt (e.g. RAG-R1's multi-query rules) over its model."""
+    if config is None:
+        path = model_file or DEFAULT_MODEL
+        return load(ModelConfig, path), path
+    stage = load(StageConfig, config)
+    path = model_file or str(resolve_model_path(config, stage.model))
+    try:
+        return effective_model(load(ModelConfig, path), stage), path
+    except ValueError as e:
+        raise ConfigError(f"{config}: {e}") from None
+
+
+def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
+    model, model_file = prompt_model(args.model, args.config)
+    tokenizer = load_tokenizer(model) if model.kind == "chat" else None
+    leaks = eval_questions()
+    buckets = parse_buckets(args.buckets) if stage == "stage1_format" else []
+    seen: set[str] = set()
+    rows: list[dict[str, Any]] = []
+    duplicates = 0
+    leaked: Counter[str] = Counter()
+    questions = read_questions(args.input, args.split, args.question_key, args.answer_key)
+    for number, row in enumerate(tqdm(questions, desc="questions"), start=1):
+        question = str(row[args.question_key]).strip()
+        key = question_key_of(question)
+        if key in seen:
+            duplicates += 1
+            if not args.keep_duplicates:
+                continue
+        seen.add(key)
+        hits = [name for name, qs in leaks.items() if key in qs]
+        leaked.update(hits)
+        if hits and not args.keep_leaked:
+            continue
+        try:
+            golds = as_golds(row[args.answer_key])
+        except TypeError as e:
+            raise RecordError(f"{args.input}: record {number}: {args.answer_key}: {e}") from None
+        out = {
+            "prompt": render_prompt(model, question, tokenizer),
+            "label": golds[0] if len(golds) == 1 else json.dumps(golds),
+            "question": question,
+        }
+        if buckets:
+            right = difficulty(row, golds, args.correct_metric)
+            out["bucket"] = next((n for n, lo, hi in buckets if right is not None and lo <= right <= hi), "unknown")
+        rows.append(out)
+    if buckets and args.mix:
+        rows = mix_buckets(rows, parse_mix(args.mix, [b[0] for b in buckets]), args.size or len(rows), args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    report = {
+        "stage": stage,
+        "input": args.input,
+        "model": model.name,
+        "model_config": model_file,
+        "stage_config": args.config,
+        "template_sha256": template_fingerprint(model),
+        "written": len(rows),
+        "duplicates": duplicates,
+        "duplicates_dropped": not args.keep_duplicates,
+        "leaked_into_eval_sets": dict(leaked),
+        "leaked_dropped": not args.keep_leaked,
+        "out": str(args.out),
+    }
+    if buckets:
+        report["buckets"] = dict(Counter(r["bucket"] for r in rows))
+    args.out.with_suffix(".report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def build_parser(stage: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"python -m {stage}.prepare_data",
+        description=f"Build the {stage} prompt dataset for OpenRLHF (`prompt`, `label`) from questions and answers.",
+    )
+    p.add_argument(
+        "--input", required=True, help="a local JSONL (question, answer[, pred_anses]) or an HF dataset name"
+    )
+    p.add_argument("--model", default=None, help=f"model config whose template is used (default {DEFAULT_MODEL})")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a stage config with its own prompt (configs/stages/rag_r1.yaml): its prompt over its model",
+    )
+    p.add_argument("--out", type=Path, required=True, help="output JSONL; a .report.json is written beside it")
+    p.add_argument("--split", default="train", help="split, for a Hugging Face dataset")
+    p.add_argument("--question-key", default="question")
+    p.add_argument("--answer-key", default="answer")
+    p.add_argument("--keep-duplicates", action="store_true", help="keep repeated questions (reported either way)")
+    p.add_argument("--keep-leaked", action="store_true", help="keep questions found in the evaluation sets")
+    if stage == "stage1_format":
+        p.add_argument("--buckets", default=DEFAULT_BUCKETS, help="difficulty buckets by rollouts right (%(default)s)")
+        p.add_argument("--mix", default=None, help="bucket shares, e.g. hard=0.4,medium=0.4,easy=0.2 (default: all)")
+        p.add_argument(
+            "--size", type=int, default=None, help="questions to draw with --mix (default: as many as read)"
+        )
+        p.add_argument("--correct-metric", choices=["em", "cem", "f1"], default="cem", help="when a rollout is right")
+        p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(stage: str, argv: list[str] | None = None) -> int:
+    args = build_parser(stage).parse_args(argv)
+    try:
+        report = prepare(args, stage)
+    except (ConfigError, RecordError, HubError, TypeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2))
+    return 0

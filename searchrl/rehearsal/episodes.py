@@ -1,0 +1,450 @@
+"""`launch/ray_submit.sh stage1|stage2 --rehearse [--episodes N] [key=value ...]`: the job as Ray runs it, on CPU.
+
+Starts a local Ray head on 127.0.0.1 (free ports, its own temp dir), the retrieval and reward
+servers on the bundled mini index (free ports) unless healthy ones for this stage are configured,
+prepares the prompt data with the stage's own data preparation, runs the preflight, and submits
+through the real `ray job submit` with exactly the runtime_env a real submit uses (searchrl.job.submit's).
+Inside the job, searchrl/rehearsal/job.py runs the episodes through OpenRLHF's own rollout and
+experience code. Stops what it started; prints a per-episode table and, last, one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from searchrl.config import ConfigError
+from searchrl.job import preflight
+from searchrl.paths import ROOT
+from searchrl.process import free_port, start_module, stop
+from searchrl.rehearsal.job import MARKER
+from searchrl.routing.llm_router import RouterConfig
+from searchrl.routing.routed_recordings import by_price, route_trajectory
+from searchrl.stage.config import CONFIG_JSON_ENV, stage_package
+
+EXAMPLES = ROOT / "examples"
+RECORDINGS = EXAMPLES / "bamboogle_llama_sample.jsonl"
+# The flags a CPU cannot honour (GPU placement, batch sizes of thousands of episodes) get small
+# values; the ones that shape an episode (data.max_len, rollout.max_new_tokens, temperature, top_p,
+# micro-batch sizes, the estimator, the agent file) stay the stage's. Overrides on the command line win.
+SAMPLES_PER_PROMPT = 2
+CPU_SCALE = {
+    "actor.num_nodes": 1,
+    "actor.num_gpus_per_node": 1,
+    "ref.num_nodes": 1,
+    "ref.num_gpus_per_node": 1,
+    "vllm.num_engines": 2,
+    "critic.num_nodes": 1,
+    "critic.num_gpus_per_node": 1,
+}
+
+
+RAY_NAMED_PORTS = (
+    "gcs",
+    "dashboard",
+    "client",
+    "node_manager",
+    "object_manager",
+    "agent_listen",
+    "agent_grpc",
+    "metrics",
+    "runtime_env_agent",
+)
+WORKER_PORTS = 200
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out for port 0 and outgoing connections (Linux's ip_local_port_range)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def ray_ports(rng: random.Random | None = None, tries: int = 50) -> dict[str, int]:
+    """Every port a Ray head takes, from one block of consecutive free ports below the kernel's
+    ephemeral range: the named ports first, then the worker-port range right after them. The range
+    cannot overlap a named port by construction (ports picked one by one used to land inside it, and
+    `ray start` refused to start), and no port 0 bind or outgoing connection is given a port in it."""
+    rng = rng or random.Random()
+    size = len(RAY_NAMED_PORTS) + WORKER_PORTS
+    low = 10000
+    high = ephemeral_range()[0]
+    if high - low < 4 * size:
+        low, high = ephemeral_range()[1] + 1, 65535
+    for _ in range(tries):
+        base = rng.randrange(low, high - size)
+        if all(port_free(p) for p in range(base, base + size)):
+            ports = {name: base + i for i, name in enumerate(RAY_NAMED_PORTS)}
+            ports["min_worker"] = base + len(RAY_NAMED_PORTS)
+            ports["max_worker"] = base + size - 1
+            return ports
+    raise RuntimeError(f"no block of {size} free ports on 127.0.0.1 after {tries} tries")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class RayHead:
+    """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
+    ids of the processes it started."""
+
+    def __init__(self, workdir: Path, num_cpus: int = 4, num_gpus: int = 0) -> None:
+        """`num_gpus` logical GPUs: OpenRLHF places its actors and engines by GPU bundles."""
+        self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
+        self.log = workdir / "ray_head.log"
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        ports = ray_ports()
+        self.dashboard_port = ports["dashboard"]
+        cmd = [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={ports['gcs']}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={ports['dashboard']}",
+            f"--ray-client-server-port={ports['client']}",
+            f"--node-manager-port={ports['node_manager']}",
+            f"--object-manager-port={ports['object_manager']}",
+            f"--dashboard-agent-listen-port={ports['agent_listen']}",
+            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+            f"--metrics-export-port={ports['metrics']}",
+            f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+            f"--min-worker-port={ports['min_worker']}",
+            f"--max-worker-port={ports['max_worker']}",
+            f"--num-cpus={num_cpus}",
+            f"--num-gpus={num_gpus}",
+            "--include-dashboard=true",
+            f"--temp-dir={self.temp}",
+        ]
+        self.env = env
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def wait(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self.proc.returncode}; see {self.log}")
+            try:
+                if httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
+
+    def _descendants(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, []):
+                found.append(child)
+                todo.append(child)
+        return found
+
+    def stop(self) -> None:
+        pids = [self.proc.pid, *self._descendants()]
+        # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.wait(10)
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _override_value(overrides: list[str], key: str) -> str | None:
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")]
+    return found[-1] if found else None
+
+
+def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -> bool:
+    """Whether the configured servers answer and the reward server scores this stage's reward."""
+    from searchrl.job.submit import resolve
+
+    stage = resolve(stage_name, model, overrides)["stage"]
+    checks = preflight.check_servers(stage, ROOT / "runs/servers", timeout_s=2.0)
+    return all(c.ok for c in checks) and any(c.name == "reward spec equal" for c in checks)
+
+
+def _prepare(
+    stage_dir: Path, stage: str, model_config: str, prompts: int, router: RouterConfig | None = None, package: str = ""
+) -> tuple[Path, Path]:
+    """The stage's prompt data, made by its own data preparation from the recorded questions, and
+    the recordings keyed by the prompt the policy sees (for a routing stage, queries naming pool models)."""
+    records = [json.loads(line) for line in RECORDINGS.open(encoding="utf-8")]
+    if prompts > len(records):
+        raise ConfigError(f"--episodes: at most {len(records)} prompts are recorded ({RECORDINGS.name})")
+    chosen = records[:prompts]
+    questions = stage_dir / "questions.jsonl"
+    questions.write_text(
+        "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in chosen)
+    )
+    data = stage_dir / "prompts.jsonl"
+    module = f"{package or stage_package(stage)}.prepare_data"
+    cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
+    cmd += ["--model", model_config, "--config", str(ROOT / "configs/stages" / f"{stage}.yaml")]
+    cmd += ["--keep-leaked", "--keep-duplicates"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
+    by_question = {json.loads(line)["question"]: json.loads(line)["prompt"] for line in data.open(encoding="utf-8")}
+    recordings = {
+        by_question[r["question"]]: (
+            route_trajectory(r["gen_text_store"], by_price(router), router.naming == "router_r1")
+            if router
+            else r["gen_text_store"]
+        )
+        for r in chosen
+    }
+    rec = stage_dir / "recordings.json"
+    rec.write_text(json.dumps(recordings))
+    return data, rec
+
+
+def _stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
+    """For a chat policy whose tokenizer cannot be fetched here, a copy of its model config rendering the
+    chat prompts with a tiny ChatML tokenizer (the job's engine replays recordings anyway); None when the
+    policy is not a chat model or its tokenizer loads."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    from searchrl.config import load
+    from searchrl.stage.config import ModelConfig
+    from searchrl.tiny_policy.model import save_chat_tokenizer
+
+    model = load(ModelConfig, model_file)
+    if model.kind != "chat":
+        return None
+    if Path(model.tokenizer).exists():
+        return None
+    try:  # the local Hugging Face cache only: no network here, and retries would cost a minute
+        AutoTokenizer.from_pretrained(model.tokenizer, local_files_only=True)
+        return None
+    except OSError:
+        pass
+    texts = [line for line in RECORDINGS.read_text(encoding="utf-8").splitlines()]
+    tokenizer = save_chat_tokenizer(stage_dir / "chat_tokenizer", texts)
+    data = {**model.model_dump(), "tokenizer_path": str(tokenizer)}
+    out = stage_dir / "model.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    print(
+        f"[rehearse] {model.tokenizer}: not available here; chat prompts rendered with a ChatML stand-in", flush=True
+    )
+    return str(out)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'#':>3}  {'question':<44}{'searches':>9}{'tokens':>7}{'cut':>5}{'reward':>8}{'score':>7}  answered"]
+    for i, r in enumerate(rows, start=1):
+        lines.append(
+            f"{i:>3}  {r['question'][:42]:<44}{r['searches']:>9}{r['tokens']:>7}{'yes' if r['budget_cut'] else '':>5}"
+            f"{r['reward']:>8.2f}{r['score']:>7.2f}  {'yes' if r['answered'] else 'no'}"
+        )
+    return "\n".join(lines)
+
+
+def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes: int) -> int:
+    from searchrl.job.submit import STAGES, preflight_checks, resolve, runtime_env
+
+    stage = STAGES[stage_name]
+    if not (Path(sys.executable).parent / "ray").is_file():
+        print("error: the rehearsal needs Ray 2.55 with its job server: pip install -e '.[dev]'", file=sys.stderr)
+        return 3
+    work = ROOT / "runs/rehearse"
+    stage_dir = work / stage
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    n = int(_override_value(overrides, "openrlhf.rollout.n_samples_per_prompt") or SAMPLES_PER_PROMPT)
+    prompts = max(1, math.ceil(episodes / n))
+    started: list[Any] = []
+    head: RayHead | None = None
+    t0 = time.monotonic()
+    try:
+        base = resolve(stage_name, model, ["init_from=null", *overrides])
+        model_config = str(base["stage"].model)
+        if model is None and (stand_in := _stand_in_chat_model(model_config, stage_dir)) is not None:
+            model = model_config = stand_in
+        router = base["stage"].search.router if base["stage"].search.backend == "router" else None
+        package = stage_package(base["stage"].stage)
+        data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package)
+        scale = {
+            **CPU_SCALE,
+            "rollout.n_samples_per_prompt": n,
+            "rollout.batch_size": prompts,
+            "train.batch_size": prompts * n,
+            # Micro-batches no larger than the rehearsal's few episodes (OpenRLHF refuses fewer batches than actors).
+            **{
+                key: min(int(base["stage"].openrlhf.get(key) or 1), prompts * n)
+                for key in ("rollout.micro_batch_size", "train.micro_batch_size")
+            },
+            "data.prompt_dataset": str(data),
+            "ckpt.output_dir": str(stage_dir / "final"),
+            "ckpt.path": str(stage_dir / "ckpt"),
+            "logger.tensorboard_dir": str(stage_dir / "tensorboard"),
+        }
+        local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
+        if router is not None:
+            # A routing stage's pool on loopback: canned answers to the rehearsal's questions, its prices.
+            from searchrl.routing.loopback_pool import repoint, start_loopback
+
+            qa = [json.loads(line) for line in (stage_dir / "questions.jsonl").open(encoding="utf-8")]
+            pool_proc, pool_url = start_loopback(router, qa, stage_dir)
+            started.append(pool_proc)
+            models = [m.model_dump() for m in repoint(router, pool_url).models]
+            local.append(f"search.router.models={json.dumps(models)}")
+            print(f"[rehearse] loopback LLM pool {pool_url} ({', '.join(m['name'] for m in models)})", flush=True)
+        if not _healthy_servers(stage_name, model, [*local, *overrides]):
+            if router is None:
+                from searchrl.rehearsal.training import build_index
+
+                print("[rehearse] the rehearsal index (mini corpus + fictional people), built once", flush=True)
+                index = build_index(work)
+                search_port = free_port()
+                started.append(
+                    start_module(
+                        "search_backend.serve", ["--index", str(index)], search_port, stage_dir / "retrieval.log", 180
+                    )
+                )
+                local.append(f"search.urls=http://127.0.0.1:{search_port}")
+                print(f"[rehearse] retrieval server :{search_port} (rehearsal index)", flush=True)
+            reward_port = free_port()
+            plan0 = resolve(stage_name, model, [*local, *overrides])
+            spec_file = stage_dir / "stage.json"
+            spec_file.write_text(plan0["stage"].model_dump_json())
+            started.append(
+                start_module("reward_server", ["--resolved", str(spec_file)], reward_port, stage_dir / "reward.log")
+            )
+            local.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
+            print(f"[rehearse] reward server :{reward_port}", flush=True)
+        plan = resolve(stage_name, model, [*local, *overrides])
+        env = runtime_env(plan)
+        print(f"[rehearse] preflight for {plan['stage'].stage}:", flush=True)
+        checks = preflight_checks(plan, env, work / "servers")
+        preflight_ok = preflight.report(checks)
+        package = preflight.build_package(env, stage_dir / "package.zip")
+        head = RayHead(stage_dir)
+        head.wait()
+        print(f"[rehearse] Ray head {head.address} (log {head.log})", flush=True)
+        cmd = [
+            str(Path(sys.executable).parent / "ray"),
+            "job",
+            "submit",
+            "--address",
+            head.address,
+            "--runtime-env-json",
+            json.dumps(env),
+            "--",
+            "python3",
+            "-m",
+            "searchrl.rehearsal.job",
+            "--episodes",
+            str(episodes),
+            "--recordings",
+            str(recordings),
+            "--",
+            *plan["train_args"],
+        ]
+        job_log = stage_dir / "job.log"
+        print(f"[rehearse] ray job submit ... -- python3 -m searchrl.rehearsal.job (log {job_log})", flush=True)
+        with job_log.open("w", encoding="utf-8") as log:
+            done = subprocess.run(cmd, cwd=ROOT, env=head.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        lines = job_log.read_text(encoding="utf-8").splitlines()
+        found = [line.split(MARKER, 1)[1] for line in lines if MARKER in line]
+        if not found:
+            print("\n".join(lines[-60:]), file=sys.stderr)
+            raise RuntimeError(f"the job printed no result (ray job submit exited {done.returncode}); see {job_log}")
+        job = json.loads(found[-1])
+    except (ConfigError, ValueError, RuntimeError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if head is not None:
+            head.stop()
+        for proc in started:
+            stop(proc)
+    print(_table(job["rows"]))
+    want_source = ["env_vars"]
+    summary = {
+        "stage": stage,
+        "episodes": job["episodes"],
+        "finished": job["finished"],
+        "budget_cut": job["budget_cut"],
+        "scored": job["scored"],
+        "mean_reward": job["mean_reward"],
+        "min_reward": job["min_reward"],
+        "extra_logs_keys_consistent": job["extra_logs_keys_consistent"],
+        "experience_batches_ok": job["experience_batches_ok"],
+        "train_micro_batches": job["train_micro_batches"],
+        "package_mib": round(package.mib, 2),
+        "package_files": len(package.files),
+        "config_source": job["config_source"][0] if len(job["config_source"]) == 1 else job["config_source"],
+        "preflight_ok": preflight_ok,
+        "max_len": job["max_len"],
+        "max_new_tokens": job["max_new_tokens"],
+        "ray_job_exit": done.returncode,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    if job.get("experience_error"):
+        summary["experience_error"] = job["experience_error"]
+    held = (
+        job["episodes"] >= episodes
+        and job["scored"] == job["episodes"]
+        and job["extra_logs_keys_consistent"]
+        and job["experience_batches_ok"]
+        and job["config_source"] == want_source
+        and CONFIG_JSON_ENV in env["env_vars"]
+        and package.bytes < preflight.RAY_PACKAGE_LIMIT
+        and not package.data_files
+        and preflight_ok
+        and done.returncode == 0
+    )
+    summary["ok"] = held
+    print(json.dumps(summary))
+    return 0 if held else 1

@@ -1,0 +1,364 @@
+"""`searchrl stage rehearse STAGE --train [--steps N]`: the whole training job, both halves, on CPU.
+
+The job is what a real submit runs: `ray job submit` with the real submit's runtime_env (upload,
+excludes, env_vars) and OpenRLHF's own `openrlhf.cli.train_ppo_ray` with the stage's flags: its parser,
+its checks, its trainer, the DeepSpeed actor (ZeRO-3, packing, gradient checkpointing, sleep), the weight
+broadcast to the engines, checkpoints, resume. The agent is the stage's agent file against live
+servers (the bundled mini corpus and the fictional people of `examples/fictional/`, indexed by
+`searchrl index build`). The policy is the tiny policy (`searchrl/tiny_policy/model.py`) after its warm start.
+
+What a CPU cannot do is overridden, each override printed with its reason and applied after
+OpenRLHF's checks (`searchrl/rehearsal/cpu/launch.py`); the CPU layer (`searchrl/rehearsal/cpu/`: a vLLM stand-in, a
+gloo weight-sync communicator, a flash-attn stub, five CUDA shims) reaches the job only through this
+rehearsal's runtime_env additions (`py_modules`, `worker_process_setup_hook`), never a real submit's.
+
+The last line printed is one JSON object: the steps, the checkpoints, the checks (weights synced equal
+the saved model, a resumed run advances, extra_logs keys agree under a sampling policy) and the rewards.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from searchrl.config import ConfigError
+from searchrl.paths import ROOT
+from searchrl.process import free_port, start_module, stop
+from searchrl.rehearsal.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
+from searchrl.rehearsal.episodes import RayHead
+from searchrl.stage.config import stage_package
+
+EXAMPLES = ROOT / "examples"
+REHEARSAL_DIR = ROOT / "runs/rehearse"
+TRAIN_DIR = REHEARSAL_DIR / "train"
+ENTRY = "openrlhf.cli.train_ppo_ray"
+# The rehearsal's questions: stage 1 on the real stage-1 questions (the last HELDOUT_STAGE1 are kept for
+# evaluation), stage 2 on the fictional people, whose birthplaces only the retrieved passages name.
+STAGE1_QUESTIONS = EXAMPLES / "stage_1.jsonl"
+HELDOUT_STAGE1 = 100
+# The tiny policy's learning rate (R1-Searcher's 7B policies: 2e-6).
+DEFAULT_LR = 1e-3
+FICTIONAL = EXAMPLES / "fictional"
+
+
+def rehearsal_corpus(work: Path) -> Path:
+    """The mini KILT corpus and the fictional people in one JSONL corpus (rewritten only when it changes)."""
+    text = (EXAMPLES / "mini_corpus.jsonl").read_text(encoding="utf-8") + (FICTIONAL / "corpus.jsonl").read_text(
+        encoding="utf-8"
+    )
+    out = work / "corpus.jsonl"
+    if not out.is_file() or out.read_text(encoding="utf-8") != text:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    return out
+
+
+def build_index(work: Path = REHEARSAL_DIR) -> Path:
+    """`searchrl index build` over the rehearsal corpus, shared by every rehearsal; the builder resumes,
+    so an up-to-date index costs seconds."""
+    index = work / "index"
+    corpus = rehearsal_corpus(work)
+    cmd = [sys.executable, "-m", "search_backend.build_index", "--corpus", str(corpus), "--format", "jsonl"]
+    done = subprocess.run([*cmd, "--out", str(index)], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"searchrl index build failed: {done.stderr[-2000:]}")
+    return index
+
+
+def stage_questions(stage: str, count: int) -> list[dict[str, Any]]:
+    """`count` training questions for the stage, repeated in order when the split is smaller."""
+    if stage == "stage1_format":
+        rows = [json.loads(line) for line in STAGE1_QUESTIONS.open(encoding="utf-8")][:-HELDOUT_STAGE1]
+        rows = [{"question": r["question"], "answer": r["answer"], "pred_anses": r.get("pred_anses")} for r in rows]
+    else:
+        rows = [json.loads(line) for line in (FICTIONAL / "train.jsonl").open(encoding="utf-8")]
+        rows = [{"question": r["question"], "answer": r["answer"]} for r in rows]
+    return [rows[i % len(rows)] for i in range(count)]
+
+
+def prepare_prompts(stage: str, model_config: str, count: int, out_dir: Path) -> Path:
+    """The stage's prompt dataset, made by the stage's own data preparation."""
+    questions = out_dir / "questions.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in stage_questions(stage, count)), encoding="utf-8")
+    data = out_dir / "prompts.jsonl"
+    cmd = [sys.executable, "-m", f"{stage_package(stage)}.prepare_data", "--input", str(questions), "--out", str(data)]
+    cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
+    return data
+
+
+def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> list[str]:
+    ray = str(Path(sys.executable).parent / "ray")
+    entry = ["python3", "-m", "searchrl.rehearsal.cpu.launch", ENTRY, *train_args]
+    return [ray, "job", "submit", "--address", head.address, "--runtime-env-json", json.dumps(env), "--", *entry]
+
+
+def run_job(head: RayHead, env: dict[str, Any], train_args: list[str], log: Path) -> int:
+    with log.open("w", encoding="utf-8") as f:
+        done = subprocess.run(job_command(head, env, train_args), cwd=ROOT, env=head.env, stdout=f, stderr=f)
+    return done.returncode
+
+
+def step_curves(logdir: Path) -> dict[int, dict[str, float]]:
+    """Step -> every `train/*` scalar OpenRLHF logged at that step (tag without the prefix)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps: dict[int, dict[str, float]] = {}
+    for file in sorted(logdir.rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(file), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            if tag.startswith("train/"):
+                for e in acc.Scalars(tag):
+                    steps.setdefault(e.step, {})[tag[len("train/") :]] = e.value
+    return dict(sorted(steps.items()))
+
+
+def synced_digests(sync_log: Path) -> list[str]:
+    """The weights digest each engine reported after its last sync."""
+    if not sync_log.is_file():
+        return []
+    last: dict[int, str] = {}
+    for line in sync_log.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        last[entry["pid"]] = entry["digest"]
+    return list(last.values())
+
+
+def saved_digest(hf_dir: Path) -> str:
+    """The digest of a saved Hugging Face folder, loaded by plain transformers (as the engine holds it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from searchrl.weights import weights_digest
+
+    AutoTokenizer.from_pretrained(hf_dir)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16)
+    return weights_digest(model.named_parameters())
+
+
+def optimizer_steps(ckpt: Path) -> int | None:
+    """DeepSpeed's own count of optimizer steps, from the latest checkpoint's model states."""
+    import torch
+
+    latest = ckpt / "latest"
+    if not latest.is_file():
+        return None
+    states = sorted((ckpt / latest.read_text().strip()).glob("*model_states.pt"))
+    if not states:
+        return None
+    # DeepSpeed's model states hold tensors, sizes and plain containers: the safe loader reads them.
+    return int(torch.load(states[0], map_location="cpu", weights_only=True).get("global_steps", 0))
+
+
+def step_table(curves: dict[int, dict[str, float]]) -> str:
+    """One row per step: the stage's score is its correctness (stage 1: searched with well-formed blocks
+    and no format violation; stage 2: the answer metric)."""
+    lines = [
+        f"{'step':>4} {'reward':>7} {'score':>6} {'em':>5} {'searches':>8} {'length':>7} {'gen s':>6} {'train s':>7}"
+    ]
+    for step, c in curves.items():
+        lines.append(
+            f"{step:>4} {c.get('reward', 0):>7.3f} {c.get('score', 0):>6.3f} {c.get('em', 0):>5.2f}"
+            f" {c.get('num_searches', 0):>8.2f} {c.get('response_length', 0):>7.0f}"
+            f" {c.get('timing/generation', 0):>6.1f} {c.get('timing/ppo_train', 0):>7.1f}"
+        )
+    return "\n".join(lines)
+
+
+def _clean(*paths: Path) -> None:
+    import shutil
+
+    for p in paths:
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+
+
+def previous_checkpoint_missing(out: Path) -> str | None:
+    resolved = out / "stage1_format.resolved.json"
+    if not resolved.is_file():
+        return f"no stage-1 rehearsal in {out}"
+    final = Path(json.loads(resolved.read_text(encoding="utf-8"))["openrlhf"]["ckpt.output_dir"])
+    if not (final / "config.json").is_file():
+        return f"{final}: stage 1's final checkpoint is not there"
+    return None
+
+
+def train(
+    stage_name: str,
+    model: str | None,
+    overrides: list[str],
+    steps: int,
+    *,
+    resume: bool = True,
+    out: Path | None = None,
+    pretrain: Path | None = None,
+    lr: float = DEFAULT_LR,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run the stage's training job on CPU for `steps` rollout steps; returns the summary (see the module
+    docstring). Raises ConfigError (a bad request) or RuntimeError (a failed job)."""
+    from searchrl.job.submit import STAGES, resolve, runtime_env
+    from searchrl.tiny_policy import warm_start
+
+    stage = STAGES[stage_name]
+    if stage not in ("stage1_format", "stage2_answer"):
+        raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
+    out = (out or TRAIN_DIR).resolve()
+    pretrain = pretrain.resolve() if pretrain is not None else None
+    if pretrain is not None and not (pretrain / "config.json").is_file():
+        raise ConfigError(f"--pretrain {pretrain}: not a Hugging Face model folder (no config.json)")
+    work = out / stage
+    work.mkdir(parents=True, exist_ok=True)
+    final, ckpt, tb = work / "final", work / "ckpt", work / "tensorboard"
+    sync_log, resumed_tb, resumed_final = work / "sync.jsonl", work / "resumed/tensorboard", work / "resumed/final"
+    t0 = time.monotonic()
+    if stage == "stage2_answer" and pretrain is None and (missing := previous_checkpoint_missing(out)):
+        where = "" if out == TRAIN_DIR.resolve() else f" --out {out}"
+        raise ConfigError(
+            f"stage 2 starts from stage 1's final checkpoint, and {missing}: run "
+            f"`searchrl stage rehearse stage1 --train --steps N{where}` first (or pass --pretrain PATH)"
+        )
+    _clean(final, ckpt, tb, sync_log, work / "resumed")
+    index = build_index()
+    start: list[str] = []
+    if stage == "stage1_format":
+        policy = pretrain or warm_start.ensure(index, seed=seed, log=lambda m: print(m, flush=True))
+        start = [f"openrlhf.actor.model_name_or_path={policy}", "init_from=null"]
+    elif pretrain is not None:
+        start = [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
+    else:
+        start = [f"init_from={out / 'stage1_format.resolved.json'}"]
+    base = resolve(stage_name, model, [*start, *overrides])
+    cpu = cpu_overrides(base["flags"], lr)
+    prompts_per_step = next(o.value for o in cpu if o.flag == "rollout.batch_size")
+    data = prepare_prompts(stage, str(base["stage"].model), steps * prompts_per_step, work)
+    run = [
+        Override("data.prompt_dataset", str(data), "the rehearsal's questions, prepared by the stage's own script"),
+        Override("train.num_episodes", 1, f"--steps {steps}: one pass over {steps} rollout batches"),
+        Override("ckpt.output_dir", str(final), "the rehearsal's own folders"),
+        Override("ckpt.path", str(ckpt), "the rehearsal's own folders"),
+        Override("logger.tensorboard_dir", str(tb), "the rehearsal's own folders"),
+        Override("ckpt.save_steps", steps, "a DeepSpeed checkpoint at the last step, for the resume check"),
+        Override("train.seed", seed, "--seed"),
+    ]
+    all_overrides = [*cpu, *run]
+    flags = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in all_overrides]
+    started: list[Any] = []
+    head: RayHead | None = None
+    try:
+        search_port = free_port()
+        started.append(
+            start_module("search_backend.serve", ["--index", str(index)], search_port, work / "retrieval.log", 300)
+        )
+        servers = [f"search.urls=http://127.0.0.1:{search_port}"]
+        plan0 = resolve(stage_name, model, [*start, *overrides, *servers, *flags])
+        spec = work / "stage.json"
+        spec.write_text(plan0["stage"].model_dump_json(), encoding="utf-8")
+        reward_port = free_port()
+        started.append(start_module("reward_server", ["--resolved", str(spec)], reward_port, work / "reward.log"))
+        servers.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
+        plan = resolve(stage_name, model, [*start, *overrides, *servers, *flags])
+        if stage == "stage1_format":
+            (out / "stage1_format.resolved.json").write_text(plan["stage"].model_dump_json(indent=1), encoding="utf-8")
+        for o in all_overrides:
+            print(f"[override] {o.flag}={o.value!r}: {o.reason}", flush=True)
+        env = runtime_env_with_cpu_layer(runtime_env(plan), all_overrides, sync_log)
+        gpus = int(plan["flags"].get("actor.num_nodes", 1)) * int(plan["flags"]["actor.num_gpus_per_node"])
+        head = RayHead(work, num_cpus=4, num_gpus=gpus)
+        head.wait()
+        print(
+            f"[train] ray job submit ... -- python3 -m searchrl.rehearsal.cpu.launch {ENTRY} (log {work / 'job.log'})",
+            flush=True,
+        )
+        code = run_job(head, env, plan["train_args"], work / "job.log")
+        curves = step_curves(tb)
+        if code != 0 or not (final / "config.json").is_file():
+            tail = "\n".join((work / "job.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"the training job failed (exit {code}); see {work / 'job.log'}\n{tail}")
+        train_steps = optimizer_steps(ckpt / "_actor")  # before the resumed run adds its own
+        resumed = None
+        if resume:
+            more = [
+                Override("ckpt.load_enable", True, "resume from the DeepSpeed checkpoint"),
+                Override("train.num_episodes", 2, "one more pass, after the resumed steps"),
+                Override("logger.tensorboard_dir", str(resumed_tb), "the resumed run's own curves"),
+                Override("ckpt.output_dir", str(resumed_final), "the resumed run's own final model"),
+            ]
+            again = [*all_overrides, *more]
+            flags2 = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in again]
+            plan2 = resolve(stage_name, model, [*start, *overrides, *servers, *flags2])
+            env2 = runtime_env_with_cpu_layer(runtime_env(plan2), again, work / "resumed/sync.jsonl")
+            print("[train] resuming from the DeepSpeed checkpoint (one more pass)", flush=True)
+            code2 = run_job(head, env2, plan2["train_args"], work / "resume.log")
+            after = step_curves(resumed_tb)
+            resumed = code2 == 0 and bool(after) and min(after) > max(curves) and max(after) > max(curves)
+    finally:
+        if head is not None:
+            head.stop()
+        for proc in started:
+            stop(proc)
+    switch = None
+    if plan["previous"] is not None:
+        # What `--when-ready` reads on GPUs before it hands stage 1's checkpoint to stage 2: reported here.
+        from searchrl.job.submit import readiness
+
+        switch = readiness(plan["previous"][0], 0.9, 0.9, 10)
+        switch["checkpoint_written"] = (Path(str(plan["policy"])) / "config.json").is_file()
+    synced = synced_digests(sync_log)
+    saved = saved_digest(final)
+    rewards = [c["reward"] for c in curves.values() if "reward" in c]
+    keys = {tuple(sorted(k for k in c if not k.startswith(("timing/", "rollout/")))) for c in curves.values()}
+    return {
+        "stage": stage,
+        "entry": ENTRY,
+        "steps": len(curves),
+        "train_steps": train_steps,
+        "pretrain": str(plan["policy"]),
+        "pretrain_source": plan["policy_source"],
+        "hf_checkpoint": str(final),
+        "ds_checkpoint": str(ckpt / "_actor"),
+        "weights_synced_equal_saved": bool(synced) and all(d == saved for d in synced),
+        "resumed": resumed,
+        "extra_logs_keys_consistent": len(keys) == 1,
+        "mean_reward_first": rewards[0] if rewards else None,
+        "mean_reward_last": rewards[-1] if rewards else None,
+        "score_first": next(iter(curves.values())).get("score") if curves else None,
+        "score_last": curves[max(curves)].get("score") if curves else None,
+        "overrides": [asdict(o) for o in all_overrides],
+        "switch": switch,
+        "tensorboard": str(tb),
+        "curves": {str(k): v for k, v in curves.items()},
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+
+
+def main(stage_name: str, model: str | None, overrides: list[str], steps: int, **kwargs: Any) -> int:
+    """The command: the summary as a table, and last, one JSON line without the per-step curves."""
+    try:
+        result = train(stage_name, model, overrides, steps, **kwargs)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (RuntimeError, TimeoutError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    curves = {int(k): v for k, v in result.pop("curves").items()}
+    print(step_table(curves))
+    print(json.dumps(result))
+    held = (
+        result["steps"] >= steps
+        and result["weights_synced_equal_saved"]
+        and result["extra_logs_keys_consistent"]
+        and result["resumed"] is not False
+    )
+    return 0 if held else 1

@@ -1,0 +1,170 @@
+"""YAML configs validated into pydantic models, with `key=value` overrides from the command line.
+
+Errors name the file, the dotted key and what was expected, because a typo found after a GPU job
+has started costs hours. OpenRLHF hyper-parameters stay under their own dotted flag names so the
+mapping to `train_ppo_ray`'s parser is one-to-one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from reward_server.spec import RewardSpec
+from searchrl.config import ConfigError, load
+from searchrl.stage.algorithms import ALGORITHMS
+from searchrl.stage.prompt import StagePrompt
+from searchrl.stage.search import StageSearchConfig
+
+# The resolved stage config for the agent in every vLLM engine process: inline JSON (what a Ray
+# submit sets, since env_vars reach every worker) or, for local runs, the path of a JSON file.
+CONFIG_JSON_ENV = "SEARCHRL_CONFIG_JSON"
+CONFIG_ENV = "SEARCHRL_CONFIG"
+FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | None
+
+
+# The folder holding a stage's agent file and data preparation, where it is not named after the stage.
+STAGE_PACKAGES = {"router_r1": "stage_router_r1"}
+
+
+def stage_package(stage: str) -> str:
+    return STAGE_PACKAGES.get(stage, stage)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(Strict):
+    """A policy model and how its prompts are written. Base models get a plain-text template; chat
+    models get a system message rendered through the tokenizer's own chat template."""
+
+    name: str
+    kind: Literal["base", "chat"]
+    model_path: str
+    tokenizer_path: str | None = None
+    template: str | None = Field(None, description="base models: the whole prompt, with {question}")
+    system: str | None = Field(None, description="chat models: the system message with the search rules")
+    user: str = Field("{question}", description="chat models: the user turn, with {question}; may hold the rules")
+    assistant_prefix: str = Field("<think>", description="chat models: text that opens the assistant turn")
+
+    @model_validator(mode="after")
+    def _template_for_kind(self) -> ModelConfig:
+        if self.kind == "base":
+            if not self.template or "{question}" not in self.template:
+                raise ValueError("a base model needs `template` containing {question}")
+        elif not self.system and self.user.strip() == "{question}":
+            raise ValueError("a chat model needs `system` (the search rules as a system message) or a `user` turn")
+        return self
+
+    @property
+    def tokenizer(self) -> str:
+        return self.tokenizer_path or self.model_path
+
+
+# Every reward weight lives in the one `reward:` spec; these episode keys of older configs moved there.
+MOVED_TO_REWARD = {
+    "process_reward_weight": "process_weight",
+    "efficiency_weight": "efficiency_weight",
+    "efficiency_group_size": "efficiency_group_size",
+    "efficiency_timeout_s": "efficiency_timeout_s",
+    "cost_weight": "cost_weight",
+    "cost_window": "cost_window",
+}
+
+
+class EpisodeConfig(Strict):
+    """The search episode: how many passages per search, how many searches, tokens per segment."""
+
+    top_k: int = Field(3, ge=1, le=50)
+    max_searches: int = Field(8, ge=0, le=64)
+    max_segment_tokens: int = Field(512, ge=1)
+    max_queries_per_block: int = Field(
+        1, ge=1, le=16, description="queries one query block may hold, split on query_separator (RAG-R1); 1 = off"
+    )
+    query_separator: str = Field("||", min_length=1, description="separates the queries of one block")
+    stop_after_answer: bool = Field(
+        False, description="end a segment at </answer>, as Router-R1 cuts its responses there (nothing after it)"
+    )
+    max_tokens_per_query: int | None = Field(
+        None,
+        ge=1,
+        description="each query's documents cut to this many tokens of the policy's tokenizer (words where the "
+        "environment has none), each query on its own (RAG-R1); None = uncut",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_reward(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in MOVED_TO_REWARD.items():
+                if old in data:
+                    raise ValueError(f"`episode.{old}` moved to the reward spec: write `reward.{new}` instead")
+        return data
+
+
+class RewardServerConfig(Strict):
+    """Where the agent sends finished episodes, and how long it keeps trying before the job fails."""
+
+    urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8001"])
+    deadline_s: float = Field(300.0, gt=0, description="give up (and fail the job) after this long")
+    timeout_s: float = Field(30.0, gt=0)
+    token_env: str = "SEARCHRL_REWARD_TOKEN"
+
+    @field_validator("urls", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return [u.strip() for u in value.split(",") if u.strip()] if isinstance(value, str) else value
+
+
+class StageConfig(Strict):
+    stage: Literal["stage1_format", "stage2_answer", "router_r1"]
+    model: str = Field(description="path of a configs/models/*.yaml file")
+    init_from: str | None = Field(None, description="a stage config whose final checkpoint is the starting policy")
+    reward: RewardSpec
+    episode: EpisodeConfig = EpisodeConfig()
+    search: StageSearchConfig = StageSearchConfig()
+    reward_server: RewardServerConfig = RewardServerConfig()
+    prompt: StagePrompt | None = Field(None, description="the stage's own prompt text, over the model config's")
+    algorithm: Literal["ppo", "reinforce++"] | None = Field(
+        None, description="a flag set of searchrl/stage/algorithms.py, merged under `openrlhf:` (whose flags win)"
+    )
+    openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_flags(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("algorithm") in ALGORITHMS:
+            return {**data, "openrlhf": {**ALGORITHMS[data["algorithm"]], **(data.get("openrlhf") or {})}}
+        return data
+
+    @field_validator("openrlhf")
+    @classmethod
+    def _flag_names(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        return flag_names_without_dashes(flags)
+
+
+def flag_names_without_dashes(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    """OpenRLHF flags are kept under their own names without `--`, so the mapping to its CLI stays one-to-one."""
+    for name in flags:
+        if name.startswith("-"):
+            raise ValueError(f"write the flag `{name}` without the leading dashes")
+    return flags
+
+
+def resolve_model_path(stage_file: str | Path, model: str) -> Path:
+    """A stage's `model:` path, tried from the working directory, then from the stage file's folder."""
+    for candidate in (Path(model), Path(stage_file).parent / model):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"{stage_file}: model: no such file {model!r} (give a path to configs/models/*.yaml)")
+
+
+def load_stage(path: str | Path, overrides: Iterable[str] = ()) -> tuple[StageConfig, ModelConfig]:
+    """A stage config and the model config it names; `model=...` among the overrides swaps the model."""
+    stage = load(StageConfig, path, overrides)
+    model_path = resolve_model_path(path, stage.model)
+    return stage, load(ModelConfig, model_path)

@@ -1,0 +1,94 @@
+"""A stage's own prompt text, over the model config's: for a stage whose action differs from searching
+a knowledge source (LLM routing, Router-R1's idea), the prompt lists the pool it routes over; for one that
+sends several queries per search (RAG-R1's idea), it states the episode's limit and separator.
+
+The pool listing is filled in from the stage's `search.router` models, so the prompt a policy trains
+on always names the models, prices and latencies the backend really serves.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from searchrl.routing.llm_router import RouterConfig
+    from searchrl.stage.config import ModelConfig, StageConfig
+
+DEFAULT_MODEL_LINE = (
+    "- {name}: {description} Price ${price_prompt} per 1k prompt tokens, ${price_completion} per 1k completion "
+    "tokens{latency}."
+)
+
+
+class StagePrompt(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: str | None = Field(None, description="base models: the whole prompt, with {question} and {models}")
+    system: str | None = Field(None, description="chat models: the system message, with {models}")
+    user: str | None = Field(
+        None, description="chat models: the whole user turn, with {models} and {question}; no system message then"
+    )
+    model_line: str = Field(DEFAULT_MODEL_LINE, description="one line of the {models} listing per pool model")
+
+    @model_validator(mode="after")
+    def _placeholders(self) -> StagePrompt:
+        if self.base is None and self.system is None and self.user is None:
+            raise ValueError("give `base` (base models) and/or `system` or `user` (chat models)")
+        for key in ("base", "user"):
+            if getattr(self, key) is not None and "{question}" not in getattr(self, key):
+                raise ValueError(f"`{key}` must contain {{question}}")
+        return self
+
+
+def pool_listing(router: RouterConfig, model_line: str = DEFAULT_MODEL_LINE) -> str:
+    """One line per pool model, in config order: name, description, prices and latency."""
+    lines = []
+    for m in router.models:
+        latency = f", about {m.latency_s:g} s per answer" if m.latency_s is not None else ""
+        lines.append(
+            model_line.format(
+                name=m.name,
+                model=m.model,
+                description=m.description.strip(),
+                price_prompt=f"{m.price_per_1k_prompt:g}",
+                price_completion=f"{m.price_per_1k_completion:g}",
+                latency=latency,
+            ).replace("  ", " ")
+        )
+    return "\n".join(lines)
+
+
+def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
+    """The model config whose prompt the stage's policy sees: the stage's prompt, when it has one, with the
+    pool filled in ({models}: the listing, {names}: the names, comma-separated) and the episode's multi-query
+    settings ({max_queries}, {separator}); the model config unchanged otherwise."""
+    prompt = stage.prompt
+    if prompt is None:
+        return model
+    text = "".join(t or "" for t in (prompt.base, prompt.system, prompt.user))
+    listing, names = "", ""
+    if "{models}" in text or "{names}" in text:
+        if stage.search.router is None:
+            raise ValueError(f"{stage.stage}: prompt: lists the pool of search.router, which is not set")
+        names = ", ".join(m.name for m in stage.search.router.models)
+        listing = pool_listing(stage.search.router, prompt.model_line)
+
+    def fill(text: str) -> str:
+        episode = stage.episode
+        text = text.replace("{max_queries}", str(episode.max_queries_per_block))
+        text = text.replace("{separator}", episode.query_separator)
+        return text.replace("{models}", listing).replace("{names}", names)
+
+    if model.kind == "base":
+        if prompt.base is None:
+            raise ValueError(f"{stage.stage}: prompt.base: needed for the base model {model.name!r}")
+        return model.model_copy(update={"template": fill(prompt.base)})
+    if prompt.user is not None:
+        return model.model_copy(
+            update={"system": fill(prompt.system) if prompt.system else None, "user": fill(prompt.user)}
+        )
+    if prompt.system is None:
+        raise ValueError(f"{stage.stage}: prompt.system or prompt.user: needed for the chat model {model.name!r}")
+    return model.model_copy(update={"system": fill(prompt.system)})

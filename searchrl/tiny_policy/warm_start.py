@@ -1,0 +1,202 @@
+"""The tiny policy's warm start: a mixture of protocol trajectories, most of them broken, for a brief
+supervised pass, so that the policy follows the protocol sometimes, as a base model does before RL.
+
+Every trajectory is the text an episode of the real environment would hold: the prompt rendered with
+the stage's template, the policy's segments, and the documents block the retrieval server returned for
+its query (`format_documents`, exactly as the environment appends it). It is written as OpenRLHF SFT
+messages: the policy's segments are `assistant` turns (trained on), the prompt and the documents are
+not (the same mask as RL's action ranges). The kinds, with their share in `MIXTURE`:
+
+| kind | what the policy does | stage-1 reward |
+|---|---|---|
+| correct | thinks, searches once, closes `</think>`, answers, EOS | 1.0 |
+| no_search | answers without searching | 0.5 |
+| think_left_open | searches, then answers without closing `</think>` | 0.5 |
+| two_answers | searches, then gives two answers | 0.5 |
+| no_answer | searches, closes `</think>`, stops without an answer | 0.5 |
+| query_left_open | opens a query and never closes it | 0.0 |
+
+One trajectory per real stage-1 question (all but the last 100, kept for evaluation), answered with its
+gold; three per fictional person of the training split (answers only in the documents), answered with the
+birthplace the documents name with probability `copy_rate` (0.5), another city otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from searchrl.metrics import as_golds
+from searchrl.paths import ROOT
+from searchrl.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_QUERY, END_QUERY, THINK_CLOSE, format_documents
+
+MIXTURE: dict[str, float] = {
+    "correct": 0.25,
+    "no_search": 0.15,
+    "think_left_open": 0.15,
+    "two_answers": 0.15,
+    "no_answer": 0.15,
+    "query_left_open": 0.15,
+}
+STOPWORDS = frozenset(
+    "a an the of in on at to for by with from and or is was were are be been who what which when where why how "
+    "did does do whose whom that this these those it its as".split()
+)
+# Short, regular sentences: a policy of a few hundred thousand parameters learns the protocol's shape from
+# them in a brief pass, and its samples vary in what a base model varies in (the words, the tags kept or not).
+OPENINGS = (" I need to search.", " Let me search.", " I should look it up.")
+READINGS = (" I found it.", " The documents say {a}.", " So the answer is {a}.")
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    answer: str
+    query: str  # what the policy searches for
+    choices: tuple[str, ...] = ()  # fictional questions: the cities a wrong answer is drawn from
+
+
+def keywords(question: str, limit: int = 4) -> str:
+    """A keyword query made from a question, as R1-Searcher's policy writes them."""
+    words = [w.strip("?,.!\"'") for w in question.split()]
+    kept = [w for w in words if w and w.lower() not in STOPWORDS]
+    return " ".join(kept[:limit]) or question
+
+
+def trajectory(
+    kind: str, prompt: str, q: Question, documents: Sequence[str], rng: random.Random, eos: str, copy_rate: float
+) -> list[dict[str, str]]:
+    """One episode as SFT messages; the last assistant turn ends with `eos` when the policy stops there."""
+    answer = q.answer
+    if q.choices and rng.random() >= copy_rate:
+        answer = rng.choice([c for c in q.choices if c != q.answer])
+    query = q.query
+    open_ = rng.choice(OPENINGS).format(q=query)
+    search = f"{open_} {BEGIN_QUERY} {query} {END_QUERY}\n\n"
+    read = rng.choice(READINGS).format(a=answer)
+    final = f" {ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
+    user = {"role": "user", "content": prompt}
+    if kind == "no_search":
+        return [user, {"role": "assistant", "content": f" I know this.{read} {THINK_CLOSE}\n{final}{eos}"}]
+    if kind == "query_left_open":
+        return [user, {"role": "assistant", "content": f"{open_} {BEGIN_QUERY} {query} {eos}"}]
+    docs = {"role": "tool", "content": format_documents(documents, after=search)}
+    tail = {
+        "correct": f"{read} {THINK_CLOSE}\n{final}",
+        "think_left_open": f"{read}\n{final}",
+        "two_answers": f"{read} {THINK_CLOSE}\n{final}\n{ANSWER_OPEN} {q.answer} {ANSWER_CLOSE}",
+        "no_answer": f"{read} {THINK_CLOSE}",
+    }[kind]
+    return [user, {"role": "assistant", "content": search}, docs, {"role": "assistant", "content": tail + eos}]
+
+
+def build(
+    questions: Sequence[Question],
+    render: Callable[[str], str],
+    retrieve: Callable[[list[str]], list[list[str]]],
+    eos: str,
+    seed: int = 0,
+    copies: int = 1,
+    copy_rate: float = 0.35,
+    mixture: dict[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """`copies` trajectories per question, each of a kind drawn from `mixture`; `render` makes the prompt
+    from a question, `retrieve` gives the documents' texts for each query."""
+    mixture = mixture or MIXTURE
+    rng = random.Random(seed)
+    found = dict(zip([q.query for q in questions], retrieve([q.query for q in questions]), strict=True))
+    kinds, weights = list(mixture), list(mixture.values())
+    rows = []
+    for q in questions:
+        for _ in range(copies):
+            kind = rng.choices(kinds, weights)[0]
+            messages = trajectory(kind, render(q.question), q, found[q.query], rng, eos, copy_rate)
+            rows.append({"messages": messages, "kind": kind, "question": q.question, "label": q.answer})
+    return rows
+
+
+EXAMPLES = ROOT / "examples"
+POLICY_DIR = ROOT / "runs/tiny_policy"
+# What the warm start is made from: a change to any of these builds a new one (the cache key).
+INPUTS = (
+    Path(__file__),
+    ROOT / "searchrl/tiny_policy/model.py",
+    ROOT / "searchrl/job/sft.py",
+    ROOT / "configs/stages/sft.yaml",
+    EXAMPLES / "stage_1.jsonl",
+    EXAMPLES / "mini_corpus.jsonl",
+    EXAMPLES / "fictional/corpus.jsonl",
+    EXAMPLES / "fictional/train.jsonl",
+)
+HELDOUT_STAGE1 = 100  # the last stage-1 questions: for evaluation only, never in the warm start or training
+
+
+def real_questions() -> list[Question]:
+    rows = [json.loads(line) for line in (EXAMPLES / "stage_1.jsonl").open(encoding="utf-8")][:-HELDOUT_STAGE1]
+    return [Question(r["question"], as_golds(r["answer"])[0], keywords(r["question"])) for r in rows]
+
+
+def fictional_questions(split: str = "train") -> list[Question]:
+    rows = [json.loads(line) for line in (EXAMPLES / "fictional" / f"{split}.jsonl").open(encoding="utf-8")]
+    cities = tuple(sorted({r["answer"] for r in rows}))
+    return [Question(r["question"], r["answer"], r["person"], cities) for r in rows]
+
+
+def cache_key(seed: int) -> str:
+    h = hashlib.sha256(f"seed={seed}".encode())
+    for path in INPUTS:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def ensure(
+    index: Path, seed: int = 0, template: Path | None = None, log: Callable[[str], None] = print, force: bool = False
+) -> Path:
+    """The warm-started tiny policy (a Hugging Face folder), built once per set of inputs under
+    runs/tiny_policy/<key>/: a random-init policy and its tokenizer (`base/`), the mixture (`sft.jsonl`),
+    then the SFT stage on it, rehearsed on CPU (`warm_start/`)."""
+    from search_backend.base import r1_text
+    from search_backend.local_faiss import LocalFaissBackend
+    from searchrl.config import load
+    from searchrl.job import sft
+    from searchrl.stage.config import ModelConfig
+    from searchrl.tiny_policy import model as tiny_policy
+
+    home = POLICY_DIR / cache_key(seed)
+    final = home / "warm_start"
+    if (final / "config.json").is_file() and not force:
+        return final
+    if home.exists():
+        shutil.rmtree(home)
+    home.mkdir(parents=True)
+    model = load(ModelConfig, template or ROOT / "configs/models/qwen2.5-7b-base.yaml")
+    if model.template is None:
+        raise ValueError(f"{model.name}: the tiny policy's warm start needs a base model's plain-text template")
+    backend = LocalFaissBackend(index)
+
+    def retrieve(queries: list[str]) -> list[list[str]]:
+        return [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, 3))]
+
+    render = lambda q: model.template.replace("{question}", q)  # noqa: E731
+    rows = build(real_questions(), render, retrieve, "</s>", seed=seed, copies=1)
+    rows += build(fictional_questions(), render, retrieve, "</s>", seed=seed + 1, copies=3, copy_rate=0.5)
+    data = home / "sft.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    texts = [model.template] * 20 + ["".join(m["content"] for m in r["messages"]) for r in rows]
+    for name in ("mini_corpus.jsonl", "fictional/corpus.jsonl"):
+        texts += [json.loads(line)["text"] for line in (EXAMPLES / name).open(encoding="utf-8")]
+    base = tiny_policy.build_policy(home / "base", texts, seed)
+    log(f"[warm start] {len(rows)} trajectories ({data}); SFT stage on CPU from {base}")
+    result = sft.rehearse(data, base, home / "sft", seed=seed)
+    (home / "sft" / "final").rename(final)
+    kinds = {k: sum(r["kind"] == k for r in rows) for k in MIXTURE}
+    record = {**result, "hf_checkpoint": str(final), "data": str(data), "trajectories": len(rows), "kinds": kinds}
+    (home / "warm_start.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return final
