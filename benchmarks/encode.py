@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
 
 from search_backend.build_index import GPU_BATCH, build  # noqa: E402
 from search_backend.encoder import Encoder, passage_text  # noqa: E402
 from search_backend.profiles import DEFAULT_MODEL  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 
 
 def read_slice(path: Path, offset: int, limit: int) -> list[dict]:

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
 
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.routing.gmtrouter.evaluate import METHODS, PAIR_METRICS, heldout_experiment  # noqa: E402
 from searchrl.routing.gmtrouter.train import TrainConfig  # noqa: E402
 

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402
 
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
 
 TOKEN = "probe-token"

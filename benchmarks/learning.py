@@ -33,18 +33,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from eval.generation import GenParams, HFTextEngine, run_episodes  # noqa: E402
 from search_backend.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.config import load  # noqa: E402
+from searchrl.paths import EXAMPLES, ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
+from searchrl.rehearsal.inputs import rehearsal_index  # noqa: E402
+from searchrl.rehearsal.warm_start import ensure as ensure_warm_start  # noqa: E402
 from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
 from searchrl.rollout.reward_client import RewardClient  # noqa: E402
 from searchrl.stage.config import EpisodeConfig, ModelConfig, load_stage  # noqa: E402
-from searchrl.tiny_policy import warm_start  # noqa: E402
+from searchrl.tiny_policy.mixture import HELDOUT_STAGE1  # noqa: E402
 
 STAGE_FILES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
 # The per-step figures kept from OpenRLHF's own logs, under the names this report uses.
@@ -64,9 +66,9 @@ OPTIONS = {"process": ["reward.process_weight=0.2"], "efficiency": ["reward.effi
 
 def heldout(stage: str) -> list[dict[str, Any]]:
     if stage == "stage1":
-        rows = [json.loads(line) for line in (warm_start.EXAMPLES / "stage_1.jsonl").open(encoding="utf-8")]
-        return [{"question": r["question"], "answer": r["answer"]} for r in rows[-warm_start.HELDOUT_STAGE1 :]]
-    rows = [json.loads(line) for line in (warm_start.EXAMPLES / "fictional/heldout.jsonl").open(encoding="utf-8")]
+        rows = [json.loads(line) for line in (EXAMPLES / "stage_1.jsonl").open(encoding="utf-8")]
+        return [{"question": r["question"], "answer": r["answer"]} for r in rows[-HELDOUT_STAGE1:]]
+    rows = [json.loads(line) for line in (EXAMPLES / "fictional/heldout.jsonl").open(encoding="utf-8")]
     return [{"question": r["question"], "answer": r["answer"]} for r in rows]
 
 
@@ -76,7 +78,7 @@ class Servers:
     def __init__(self, work: Path) -> None:
         self.work = work
         self.procs: list[Any] = []
-        index = train_rehearsal.build_index()
+        index = rehearsal_index()
         port = free_port()
         self.procs.append(start_module("search_backend.serve", ["--index", str(index)], port, work / "ret.log", 300))
         self.search_url = f"http://127.0.0.1:{port}"
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             home = out / f"seed{seed}"
             entry: dict[str, Any] = {"seed": seed}
-            warm = warm_start.ensure(train_rehearsal.build_index(), seed=seed, log=lambda m: print(m, flush=True))
+            warm = ensure_warm_start(rehearsal_index(), seed=seed, log=lambda m: print(m, flush=True))
             s1 = run_stage("stage1", args.steps1, home / "runs", args.lr, seed, warm, [])
             stage1_final = Path(s1["hf_checkpoint"])
             entry["stage1"] = {"train": s1, "eval": {}}

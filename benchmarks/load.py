@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.loadgen import LoadResult, closed_loop  # noqa: E402
@@ -41,6 +40,7 @@ from reward_server.spec import PRESETS  # noqa: E402
 from search_backend.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.metrics import as_golds  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.rollout.reward_client import RewardClient  # noqa: E402
 

@@ -25,19 +25,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tqdm import tqdm  # noqa: E402
 
 from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.protocol import BEGIN_QUERY, END_QUERY, clean_query  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
 from searchrl.stage.config import load_stage  # noqa: E402
-from searchrl.stage.prompt import effective_model  # noqa: E402
-from searchrl.stage.templates import render_prompt  # noqa: E402
+from searchrl.stage.templates import effective_model, render_prompt  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 BASE_MODEL = "configs/models/qwen2.5-7b-base.yaml"

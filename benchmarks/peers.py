@@ -50,8 +50,7 @@ def load_file(path: Path, name: str) -> types.ModuleType:
 
 def corpus_rows(index_dir: Path) -> tuple[list[Any], Path, str]:
     """The index's passages in row order, its FAISS file and the model path."""
-    from search_backend.build_index import INDEX_FILE, STORE_DIR
-    from search_backend.local_faiss import load_manifest
+    from search_backend.index_layout import INDEX_FILE, STORE_DIR, load_manifest
     from search_backend.profiles import resolve_model
     from search_backend.store import PassageStore
 

@@ -25,16 +25,17 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
 
 from tqdm import tqdm  # noqa: E402
 
 from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
-from search_backend.build_index import EMBED_DIR, build  # noqa: E402
+from search_backend.build_index import build  # noqa: E402
 from search_backend.cpu_threads import SPIN_COUNT  # noqa: E402
 from search_backend.faiss_import import faiss  # noqa: E402
 from search_backend.faiss_index import build_index, effective_factory, set_search_params  # noqa: E402
+from search_backend.index_layout import EMBED_DIR  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port  # noqa: E402
 
 FACTORIES = ["Flat", "HNSW32", "IVF4096,SQ8", "IVF4096,PQ64", "IVF4096,PQ96"]
@@ -395,7 +396,7 @@ def medians(table: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, flo
 def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespace) -> dict:
     """Interleaved blocks, every round: each level in turn, and at each level every target once (the order
     rotating from round to round) plus the in-process rate at the batch that level allows."""
-    from search_backend.build_index import STORE_DIR
+    from search_backend.index_layout import STORE_DIR
     from search_backend.store import PassageStore
 
     passages = len(PassageStore(index_dir / STORE_DIR))

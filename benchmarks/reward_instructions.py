@@ -25,10 +25,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from benchmarks.loadgen import closed_loop  # noqa: E402
 from benchmarks.reward_server import TRAJECTORIES, agent_bodies  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port  # noqa: E402
 
 OUT = ROOT / "benchmarks/results/reward_server.json"

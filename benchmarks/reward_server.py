@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from fastapi import FastAPI, Request, Response  # noqa: E402
 
 from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, wait_healthy  # noqa: E402
 
 TRAJECTORIES = ROOT / "tests/fixtures/r1searcher/hotpotqa_llama.jsonl"

@@ -22,11 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from search_backend.base import Passage  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.rollout.agent import Runtime, SearchAgentInstance, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from reward_server.router_r1 import cost_reward
+from searchrl.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Router-R1's pool, $ per 1M completion tokens (its route_service.py).
 PRICES = {"llama-8b": 0.18, "mistral-7b": 0.2, "qwen-7b": 0.3, "gemma-27b": 0.8, "llama-70b": 0.88, "mixtral": 1.2}
 ACTIONS = ["alone", *PRICES]

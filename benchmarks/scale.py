@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
 
 from search_backend.index_types import DEFAULT_RERANK_DEPTH, compact_code_size, top_k  # noqa: E402
 from search_backend.shards import EmbeddingShards, write_shard  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 
 TYPES = ["flat", "ivf-sq8", "compact", "exact"]
 SIZES = [100_000, 500_000, 1_000_000, 2_000_000]

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from searchrl.paths import ROOT
+
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "BENCHMARKS.md"
 BLOCK = re.compile(r"(<!-- table:([a-z0-9-]+) -->\n)(.*?)(<!-- /table -->)", re.S)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
+from searchrl.paths import ROOT
+
 QUERIES = ROOT / "tests/fixtures/search/queries_1000.txt"
 OTHER_LOADS = [0.0, 0.1, 0.25, 0.5, 1.0]
 PERIOD_S = 0.01  # the busy process's duty cycle: busy for a share of every 10 ms

@@ -16,6 +16,7 @@ from eval.segments import segment_text
 from searchrl.http_transport import RetryPolicy
 from searchrl.openai_client import OpenAIClient, key_from_env
 from searchrl.protocol import END_QUERY
+from searchrl.rollout.engines import HFEngine
 from searchrl.rollout.environment import Episode, SearchEnvironment
 
 
@@ -96,7 +97,6 @@ class HFTextEngine:
     `batch_size` > 1 the prompts of a turn are sampled together, left-padded, `batch_size` at a time."""
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 1) -> None:
-        from searchrl.rollout.engines import HFEngine
 
         self.tokenizer = tokenizer
         self.model = model

@@ -21,7 +21,11 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from eval.judging import JudgeKeys, fill_verdicts
+from eval.score import score_file
+from eval.summary import EXIT_UNJUDGED, refresh_summary
 from searchrl.http_transport import HttpRefusedError, RequestEncodingError, RetryableError, RetryPolicy
+from searchrl.jsonl import RecordError
 from searchrl.openai_client import ChatAnswer, OpenAIClient, endpoint_url, key_from_env
 
 INSTRUCTION = (
@@ -141,11 +145,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.judging import JudgeKeys, fill_verdicts
-    from eval.runner import EXIT_UNJUDGED, refresh_summary
-    from eval.score import score_file
-    from searchrl.jsonl import RecordError
-
     args = build_parser().parse_args(argv)
     keys = JudgeKeys(args.question_key, args.answer_key, args.pred_key or None, args.trajectory_key, args.judge_key)
     judge = LLMJudge(args.judge_url, args.judge_model, args.judge_cache, api_key_env=args.judge_key_env)

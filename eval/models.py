@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 
 from searchrl.config import ConfigError, load
+from searchrl.paths import CONFIGS
 from searchrl.stage.config import ModelConfig
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "models"
-TEMPLATES = {"base": CONFIGS / "qwen2.5-7b-base.yaml", "chat": CONFIGS / "qwen2.5-7b-instruct.yaml"}
+MODEL_CONFIGS = CONFIGS / "models"
+TEMPLATES = {"base": MODEL_CONFIGS / "qwen2.5-7b-base.yaml", "chat": MODEL_CONFIGS / "qwen2.5-7b-instruct.yaml"}
 
 
 def is_checkpoint(path: str | Path) -> bool:

@@ -40,13 +40,13 @@ from search_backend.base import SearchError
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import all_metrics, as_golds
+from searchrl.process import stop
 from searchrl.protocol import parse_solution
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.routing.loopback_pool import repoint, start_loopback
 from searchrl.stage.config import StageConfig, resolve_model_path
-from searchrl.stage.prompt import effective_model
-from searchrl.stage.templates import load_tokenizer, render_prompt
+from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt
 
 METRICS = ("rr_em", "rr_f1", "em", "f1", "cem")
 LABELS = {"rr_em": "EM (Router-R1)", "rr_f1": "F1 (Router-R1)", "em": "EM", "f1": "F1", "cem": "CEM"}
@@ -300,8 +300,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the pool failed: {e}", file=sys.stderr)
         return 3
     finally:
-        from searchrl.process import stop
-
         for proc in started:
             stop(proc)
     names = [m.name for m in pool.models]

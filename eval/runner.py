@@ -26,14 +26,16 @@ from tqdm import tqdm
 
 from eval.generation import GenParams, HFTextEngine, OpenAICompletionsEngine, TextEngine, VLLMEngine, run_episodes
 from eval.judge import DEFAULT_CACHE, LLMJudge
-from eval.judging import JudgeKeys, fill_verdicts, needs_verdict
+from eval.judging import fill_verdicts
 from eval.models import resolve_model, template_config, template_id
+from eval.replay import ReplayTextEngine
 from eval.report import write_reports
 from eval.resume import check_resume
-from eval.score import score_file
+from eval.summary import EXIT_SEARCH_ERRORS, EXIT_UNJUDGED, score_summary
 from search_backend.base import SearchBackend
 from searchrl.config import ConfigError, load, validate
-from searchrl.jsonl import read_jsonl
+from searchrl.hub import load_causal_lm
+from searchrl.hub import load_tokenizer as hub_tokenizer
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.protocol import parse_solution
 from searchrl.qa_data.questions import dataset_name, load_questions
@@ -51,8 +53,6 @@ EPISODE_FLAGS = {
     "max_queries_per_block": "max_queries_per_block",
     "query_separator": "query_separator",
 }
-EXIT_SEARCH_ERRORS = 3
-EXIT_UNJUDGED = 4
 
 
 @dataclass(frozen=True)
@@ -214,13 +214,8 @@ def make_engine(args: argparse.Namespace, model: ModelConfig, tokenizer: Any) ->
         name = args.served_model or served_model(args.base_url) or model.model_path
         return OpenAICompletionsEngine(args.base_url, name)
     if args.engine == "hf":
-        from searchrl.hub import load_causal_lm
-        from searchrl.hub import load_tokenizer as hub_tokenizer
-
         return HFTextEngine(load_causal_lm(model.model_path), tokenizer or hub_tokenizer(model.tokenizer))
     if args.engine == "replay":
-        from eval.replay import ReplayTextEngine
-
         return ReplayTextEngine.from_file(args.recordings, lambda q: render_prompt(model, q, tokenizer))
     return VLLMEngine(model.model_path)
 
@@ -270,46 +265,6 @@ def _finished(path: Path, redo_failed: bool) -> tuple[set[Any], int]:
     if len(good) != len(lines):
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in good), encoding="utf-8")
     return {r["idx"] for r in good}, len(lines) - len(good)
-
-
-SCORE_KEYS = ("n", "em", "cem", "f1", "acc_l", "no_answer", "judge_model", "judge_missing", "judge_requested")
-
-
-def score_summary(path: Path, judge_model: str | None = None) -> dict[str, Any]:
-    """The figures of one results file. ACC_L only when every record has a verdict of one judge model."""
-    records = list(read_jsonl(path))
-    keys = JudgeKeys()
-    if judge_model is None:
-        models = {r.get(keys.model) for r in records}
-        if len(models) == 1 and None not in models and all(r.get(keys.verdict) is not None for r in records):
-            judge_model = models.pop()
-    missing = sum(needs_verdict(r, keys, judge_model) for r in records) if judge_model else 0
-    judged = judge_model is not None and missing == 0
-    scores = score_file(str(path), pred_key="pred_ans", answer_key="answer", judge_key="judge" if judged else None)
-    n = len(records)
-    summary = {
-        **scores,
-        "mean_searches": sum(r["num_searches"] for r in records) / n,
-        "no_answer": sum(not r["has_answer"] for r in records),
-        "search_errors": sum(r["search_errors"] for r in records),
-        "questions_with_search_errors": sum(bool(r["search_errors"]) for r in records),
-        "judge_model": judge_model if judged else None,
-    }
-    if judge_model and missing:
-        summary.update(judge_missing=missing, judge_requested=judge_model)
-    return summary
-
-
-def refresh_summary(path: Path, judge_model: str | None = None) -> bool:
-    """Recompute the figures of `<name>.summary.json` beside a results file, and the folder's reports."""
-    summary_path = path.with_name(f"{path.stem}.summary.json")
-    if not summary_path.is_file():
-        return False
-    summary = {k: v for k, v in json.loads(summary_path.read_text()).items() if k not in SCORE_KEYS}
-    summary.update(score_summary(path, judge_model))
-    summary_path.write_text(json.dumps(summary, indent=2))
-    write_reports(path.parent)
-    return True
 
 
 async def evaluate(spec: str, run: Run, questions: list[dict[str, Any]] | None = None) -> dict[str, Any]:

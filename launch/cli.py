@@ -18,7 +18,7 @@ class Command(NamedTuple):
     module: str
     function: str
     help: str
-    fixed_args: tuple[str, ...] = ()  # put before the user's arguments, e.g. the mode flag of `stage rehearse`
+    fixed_args: tuple[str, ...] = ()  # put before the user's arguments, e.g. `gmtrouter train`'s subcommand
 
 
 COMMANDS: dict[str, Command] = {
@@ -33,18 +33,16 @@ COMMANDS: dict[str, Command] = {
         "stage_router_r1.prepare_data", "main", "Router-R1 prompts: QA mixes or Router-R1's JSON, with the pool"
     ),
     "data prepare sft": Command(
-        "searchrl.job.sft", "prepare_main", "SFT trajectories in the protocol, documents masked (OpenRLHF multi-turn)"
+        "searchrl.qa_data.sft_data", "main", "SFT trajectories in the protocol, documents masked (OpenRLHF multi-turn)"
     ),
     "stage submit": Command("searchrl.job.submit", "main", "preflight, then `ray job submit` a training stage"),
     "stage rehearse": Command(
-        "searchrl.job.submit", "main", "run a stage's job as Ray runs it, on CPU, and check it", ("--rehearse",)
+        "searchrl.rehearsal.command", "main", "run a stage's job as Ray runs it, on CPU, and check it"
     ),
     "stage preflight": Command(
-        "searchrl.job.submit", "main", "every check of a submission, as a checklist; submits nothing", ("--preflight",)
+        "searchrl.job.submit", "preflight_main", "every check of a submission, as a checklist; submits nothing"
     ),
-    "stage dry-run": Command(
-        "searchrl.job.submit", "main", "print the exact `ray job submit` command", ("--dry-run",)
-    ),
+    "stage dry-run": Command("searchrl.job.submit", "dry_run_main", "print the exact `ray job submit` command"),
     "servers start": Command("launch.servers", "start", "start the retrieval and reward servers in the background"),
     "servers stop": Command("launch.servers", "stop", "stop the servers `servers start` started"),
     "eval local": Command("eval.run_local", "main", "evaluate a model on the local benchmarks (KILT index)"),
@@ -112,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     return root
 
 
-def resolve(command: Command) -> Callable[[list[str]], int | None]:
+def target(command: Command) -> Callable[[list[str]], int | None]:
     return getattr(importlib.import_module(command.module), command.function)
 
 
@@ -128,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().parse_args(argv[: n + 1])
         return 2
     command = COMMANDS[key]
-    return int(resolve(command)([*command.fixed_args, *argv[n:]]) or 0)
+    return int(target(command)([*command.fixed_args, *argv[n:]]) or 0)
 
 
 if __name__ == "__main__":

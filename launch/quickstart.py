@@ -27,11 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from search_backend.build_index import build
+from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
+from searchrl.tiny_policy.model import build_model, build_tokenizer
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from searchrl.config import ConfigError, parse_overrides  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
+from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.protocol import parse_solution  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
@@ -53,8 +57,7 @@ def gpu_stack() -> bool:
         return False
 
 
-def build_index(out: Path, device: str = "cpu") -> Path:
-    from search_backend.build_index import build
+def build_mini_index(out: Path, device: str = "cpu") -> Path:
 
     index = out / "index"
     print(f"[quickstart] index: {MINI_CORPUS} -> {index} (bundled all-MiniLM-L6-v2, {device})")
@@ -62,13 +65,11 @@ def build_index(out: Path, device: str = "cpu") -> Path:
     return index
 
 
-def rehearsal_index() -> Path:
+def shared_rehearsal_index() -> Path:
     """The index every CPU rehearsal shares (the mini corpus and the fictional people), built once."""
-    from searchrl.rehearsal.training import REHEARSAL_DIR, build_index
-
     print(f"[quickstart] index: {MINI_CORPUS} + {EXAMPLES / 'fictional/corpus.jsonl'} -> {REHEARSAL_DIR / 'index'} "
           "(bundled all-MiniLM-L6-v2, cpu; built once)")  # fmt: skip
-    return build_index()
+    return rehearsal_index()
 
 
 def plot_learning(curves: dict[int, dict[str, float]], path: Path) -> None:
@@ -157,7 +158,6 @@ def cpu_overrides(overrides: list[str]) -> list[str]:
 
 
 def cpu_demo(args: argparse.Namespace) -> int:
-    from searchrl.tiny_policy.model import build_model, build_tokenizer
 
     out: Path = args.out
     try:
@@ -167,7 +167,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
         return 2
     if options:
         print(f"[quickstart] options: {' '.join(options)}")
-    index = rehearsal_index()
+    index = shared_rehearsal_index()
     search_port, reward_port = free_port(), free_port()
     print(f"[quickstart] retrieval server on 127.0.0.1:{search_port}, reward server on 127.0.0.1:{reward_port}")
     search = start_module("search_backend.serve", ["--index", str(index)], search_port, out / "retrieval.log", 180)
@@ -283,7 +283,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
 
 def real_job(args: argparse.Namespace) -> int:
     out: Path = args.out
-    index = build_index(out, device="cuda")
+    index = build_mini_index(out, device="cuda")
     data = ROOT / "runs/data/stage1_format.jsonl"
     steps = [
         ["bash", str(ROOT / "launch/start_servers.sh"), "--index", str(index), "--stage", "stage1"],

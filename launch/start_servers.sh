@@ -35,7 +35,7 @@ cd "$ROOT"
 stop_one() { "$PY" -m launch.server_process stop "$1" --run-dir "$RUN_DIR"; }
 if [ "$ACTION" = stop ]; then stop_one retrieval; stop_one reward; exit 0; fi
 
-# The stage set lives in searchrl/job/submit.py; the reward server gets the resolved config the agent reads.
+# The stage set lives in searchrl/stage/config.py; the reward server gets the resolved config the agent reads.
 case "$STAGE" in stage*) ;; *) echo "error: --stage must be stage1 or stage2, got $STAGE" >&2; exit 2 ;; esac
 [ -n "$INDEX" ] || { echo "error: --index DIR is required (build one with python -m search_backend.build_index)" >&2; exit 2; }
 [ -f "$INDEX/manifest.json" ] || { echo "error: --index $INDEX has no manifest.json (an unfinished build?)" >&2; exit 2; }

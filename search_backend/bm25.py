@@ -19,10 +19,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from search_backend.base import Passage
-from search_backend.build_index import (
+from search_backend.encoder import passage_text
+from search_backend.index_layout import (
     BM25_DIR,
     BM25_INFO,
+    MANIFEST,
     STORE_DIR,
+    IndexValidationError,
+    load_manifest,
     read_json,
     remove_durably,
     write_json_atomic,
@@ -30,7 +34,7 @@ from search_backend.build_index import (
 from search_backend.store import PassageStore, StoreError
 
 if TYPE_CHECKING:
-    from search_backend.config import SearchConfig
+    from search_backend.settings import SearchConfig
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +52,6 @@ def build_bm25(out: Path, checksum: str) -> dict:
     import bm25s
     from bm25s.tokenization import Tokenizer
     from tqdm import tqdm
-
-    from search_backend.encoder import passage_text
 
     info = {"corpus_sha256": checksum, **PARAMS}
     previous = read_json(out / BM25_INFO)
@@ -84,8 +86,6 @@ class BM25Backend:
     def __init__(self, index_dir: str | Path) -> None:
         import bm25s
 
-        from search_backend.local_faiss import IndexValidationError, load_manifest
-
         self.index_dir = Path(index_dir)
         self.manifest = load_manifest(self.index_dir)
         self.version = hashlib.sha256(json.dumps(self.manifest, sort_keys=True).encode()).hexdigest()[:16]
@@ -93,8 +93,7 @@ class BM25Backend:
         folder = self.manifest.get("files", {}).get("bm25")
         if not record or not folder:
             raise IndexValidationError(
-                f"{self.index_dir / 'manifest.json'}: no BM25 index in this directory; "
-                f"rebuild it with build_index --bm25"
+                f"{self.index_dir / MANIFEST}: no BM25 index in this directory; rebuild it with build_index --bm25"
             )
         on_disk = read_json(self.index_dir / BM25_INFO)
         if on_disk is None or on_disk.get("corpus_sha256") != self.manifest["corpus"]["sha256"]:

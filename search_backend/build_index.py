@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import multiprocessing as mp
-import os
 import queue
 import shutil
 import sys
@@ -25,55 +24,37 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from search_backend.corpus import FORMATS, CorpusReport, Record, file_sha256, read_corpus
+from search_backend.bm25 import build_bm25
+from search_backend.corpus import FORMATS, CorpusReport, Record, TooManyBadLines, file_sha256, read_corpus
+from search_backend.encoder import Encoder, passage_text
+from search_backend.index_layout import (
+    BM25_DIR,
+    EMBED_DIR,
+    EMBED_INFO,
+    INDEX_FILE,
+    INDEX_INFO,
+    MANIFEST,
+    MANIFEST_VERSION,
+    STORE_DIR,
+    STORE_INFO,
+    read_json,
+    remove_durably,
+    write_json_atomic,
+)
 from search_backend.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
 from search_backend.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
-from search_backend.shards import EMBED_DIR, shard_path, shard_paths, split_ranges, write_shard
+from search_backend.shards import shard_path, shard_paths, split_ranges, write_shard
+from search_backend.store import PassageStore, write_store
 
 log = logging.getLogger("search_backend.build_index")
 
-MANIFEST = "manifest.json"
-INDEX_FILE = "index.faiss"
-INDEX_INFO = "index.json"
-STORE_DIR = "store"
-STORE_INFO = "store.json"
-EMBED_INFO = "embeddings.json"
-BM25_DIR = "bm25"
-BM25_INFO = "bm25.json"
-MANIFEST_VERSION = 2
 CPU_BATCH, GPU_BATCH = 64, 512
 
-__all__ = ["EMBED_DIR", "BuildError", "build", "main", "resolve_devices", "shard_path"]
+__all__ = ["BuildError", "build", "main", "resolve_devices"]
 
 
 class BuildError(ValueError):
     """The build's arguments cannot work together; the message names the option and the fix."""
-
-
-def write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def remove_durably(path: Path) -> None:
-    """Unlink `path` and sync its directory, so the removal is on disk before anything that follows it."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def resolve_devices(device: str) -> list[str]:
@@ -99,8 +80,6 @@ def resolve_devices(device: str) -> list[str]:
 def build_store(
     corpus: Path, fmt: str, out: Path, checksum: str, max_bad_lines: int | None, max_bad_fraction: float | None
 ) -> dict:
-    from search_backend.store import write_store
-
     info = {"corpus_sha256": checksum, "format": fmt}
     done = read_json(out / STORE_INFO)
     if done and all(done.get(k) == v for k, v in info.items()) and (out / STORE_DIR).is_dir():
@@ -144,9 +123,6 @@ def encode_shard_range(
 
     `report("loaded", seconds)` once the model is up, then `report("passages", n)` after every batch.
     """
-    from search_backend.encoder import Encoder, passage_text
-    from search_backend.store import PassageStore
-
     started = time.perf_counter()
     encoder = Encoder(model, device=device, profile=PROFILES[profile_name], max_seq_length=max_seq_length)
     store = PassageStore(out / STORE_DIR)
@@ -246,8 +222,6 @@ def encode_shards(
     checksum: str,
 ) -> tuple[list[Path], int, dict]:
     """Encode every shard not already finished for this corpus; returns (shards, dimension, timings)."""
-    from search_backend.store import PassageStore
-
     n = len(PassageStore(out / STORE_DIR))
     n_shards = max(1, math.ceil(n / shard_size))
     shards = shard_paths(out, n_shards)
@@ -326,6 +300,8 @@ def build_vector_index(
     checksum: str,
 ) -> tuple[dict, float]:
     """Train and fill the FAISS index of `faiss` and `compact` types (reused when its record matches)."""
+    # FAISS loads on first use, not with this module: the spawned encoding workers import this module to run
+    # `_worker` and never need it, nor does `--help`.
     from search_backend.faiss_index import build_index, write_index_atomic
 
     info = {
@@ -378,7 +354,7 @@ def build(
     bm25: bool = False,
 ) -> dict:
     """Build (or finish building) an index directory; returns the manifest."""
-    from search_backend.faiss_index import effective_factory, gpu_count
+    from search_backend.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
 
     if index_type not in INDEX_TYPES:
         raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")
@@ -407,8 +383,6 @@ def build(
     )
     bm25_info = None
     if bm25:
-        from search_backend.bm25 import build_bm25
-
         bm25_info = build_bm25(out, checksum)
     manifest = {
         "version": MANIFEST_VERSION,
@@ -523,8 +497,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from search_backend.corpus import TooManyBadLines
-
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -27,12 +27,9 @@ from typing import Literal
 
 log = logging.getLogger(__name__)
 
-# Rounds an idle libgomp worker (torch's and FAISS's OpenMP) spins before it sleeps. At the default, 300,000, a
-# worker went on spinning about 8 ms after each encode: in a server, that held a core away from the event loop and
-# the client after every answer (20 ms idle between calls added 10.1 ms of CPU per query, against 2.6 ms at 10,000).
-# At 10,000 one query on 2 threads cost 17.6 ms of CPU against 21.6 with 2 ms idle between calls and 19.7 against
-# 27.5 with 20 ms, at the same rate within the noise; back to back (one query, or 16) both measured the same
-# (benchmarks/threads.py).
+# Rounds an idle libgomp worker (torch's and FAISS's OpenMP) spins before it sleeps. At the default, 300,000, an
+# idle worker kept a core spinning for milliseconds after each encode, away from the event loop and the client;
+# 10,000 costs less CPU per query at the same rate. The figures: docs/BENCHMARKS.md#encoder-threads.
 SPIN_COUNT = "10000"
 
 # Cores the other processes may use while a search still takes every core: on 2 cores one query on 2 threads was

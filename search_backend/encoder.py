@@ -13,8 +13,8 @@ from search_backend.profiles import DEFAULT_MODEL, ModelProfile, profile_for, re
 log = logging.getLogger(__name__)
 
 # Queries per forward pass on a CPU. A batch is run shortest first in chunks of about this size, so each chunk is
-# padded to its own longest query: 64 MiniLM queries on one thread cost 4.7 ms each this way against 6.5 ms as
-# one forward padded to the longest of all 64 (docs/SEARCH.md). A GPU runs the whole batch in one pass.
+# padded to its own longest query rather than the batch's, which costs less per query (the server's figures with
+# --forward-batch 64 beside it: docs/BENCHMARKS.md#retrieval-server). A GPU runs the whole batch in one pass.
 CPU_FORWARD_BATCH = 16
 
 

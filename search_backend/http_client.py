@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from search_backend.base import Passage, SearchAuthError, SearchError
+from search_backend.settings import DEFAULT_DEADLINE_S, SearchConfig
 from searchrl.http_transport import (
     HttpRefusedError,
     HttpSession,
@@ -14,15 +15,6 @@ from searchrl.http_transport import (
     RetryableError,
     RetryPolicy,
 )
-
-if TYPE_CHECKING:
-    from search_backend.config import SearchConfig
-
-# As long as the reward client's: the deadline counts the wait for one of the client's slots, which at a rollout
-# batch's load is the server's whole backlog. 120 s lost 184 of 3,000 searches to a 59 s restart on a 2-core
-# machine slowed to 12 searches/s by other jobs (benchmarks/load.py --restart); training on "search failed"
-# blocks is worse than waiting, and a server gone for good still shows within five minutes.
-DEFAULT_DEADLINE_S = 300.0
 
 
 def _results(body: Any) -> list:

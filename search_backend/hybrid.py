@@ -13,23 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from search_backend.base import Passage
+from search_backend.bm25 import BM25Backend
+from search_backend.index_settings import HybridConfig
+from search_backend.local_faiss import LocalFaissBackend
 
 if TYPE_CHECKING:
-    from search_backend.bm25 import BM25Backend
-    from search_backend.config import SearchConfig
-    from search_backend.local_faiss import LocalFaissBackend
-
-
-class HybridConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    dense_weight: float = Field(default=1.0, ge=0, description="weight of the dense ranking in the fusion")
-    bm25_weight: float = Field(default=1.0, ge=0, description="weight of the BM25 ranking in the fusion")
-    rrf_k: float = Field(default=60.0, gt=0, description="rank offset: larger flattens the top ranks' advantage")
-    depth: int = Field(default=100, ge=1, description="passages taken from each ranking before fusing")
+    from search_backend.settings import SearchConfig
 
 
 def rrf_fuse(
@@ -74,9 +65,6 @@ class HybridBackend:
 
     @classmethod
     def from_config(cls, config: SearchConfig) -> HybridBackend:
-        from search_backend.bm25 import BM25Backend
-        from search_backend.local_faiss import LocalFaissBackend
-
         if config.index_dir is None:
             raise ValueError("index_dir: required for the hybrid backend")
         dense = LocalFaissBackend.from_config(config)

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from search_backend.base import SearchBackend
+from search_backend.index_layout import MANIFEST
 
 log = logging.getLogger("search_backend.serve")
-MANIFEST = "manifest.json"
 RELOAD_HINT = "POST /admin/reload (with the token when the server has one), send the server SIGHUP, or restart it"
 
 

@@ -1,5 +1,9 @@
 """How an index directory is opened: the settings the stage config's `search:` section and the retrieval
-server share, declared once so the two cannot disagree on a default or a bound."""
+server share, declared once so the two cannot disagree on a default or a bound, with the hybrid backend's
+rank-fusion settings (`HybridConfig`) among them.
+
+Schemas only, below every backend: the server's config loads them without the backends or the web-search code.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from search_backend.hybrid import HybridConfig
 from search_backend.index_types import DEFAULT_RERANK_DEPTH
+
+
+class HybridConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dense_weight: float = Field(default=1.0, ge=0, description="weight of the dense ranking in the fusion")
+    bm25_weight: float = Field(default=1.0, ge=0, description="weight of the BM25 ranking in the fusion")
+    rrf_k: float = Field(default=60.0, gt=0, description="rank offset: larger flattens the top ranks' advantage")
+    depth: int = Field(default=100, ge=1, description="passages taken from each ranking before fusing")
 
 
 class IndexSettings(BaseModel):

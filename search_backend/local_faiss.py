@@ -15,57 +15,30 @@ import numpy as np
 
 from search_backend import cpu_threads
 from search_backend.base import Passage
-from search_backend.build_index import EMBED_INFO, INDEX_FILE, MANIFEST, STORE_DIR, STORE_INFO, read_json
+from search_backend.encoder import Encoder
 from search_backend.faiss_import import faiss
 from search_backend.faiss_index import gpu_count, set_search_params
-from search_backend.index_types import DEFAULT_RERANK_DEPTH, INDEX_TYPES, VectorIndex
+from search_backend.index_layout import (
+    EMBED_DIR,
+    EMBED_INFO,
+    INDEX_FILE,
+    MANIFEST,
+    STORE_DIR,
+    IndexValidationError,
+    check_record,
+    load_manifest,
+)
+from search_backend.index_types import DEFAULT_RERANK_DEPTH, VectorIndex
 from search_backend.profiles import PROFILES
-from search_backend.shards import EMBED_DIR, EmbeddingShards, shard_paths
+from search_backend.rerank_index import RerankIndex
+from search_backend.shards import EmbeddingShards, shard_paths
 from search_backend.store import PassageStore, StoreError
+from search_backend.torch_exact import ShardedExactIndex
 
 if TYPE_CHECKING:
-    from search_backend.config import SearchConfig
-    from search_backend.encoder import Encoder
+    from search_backend.settings import SearchConfig
 
 log = logging.getLogger(__name__)
-
-
-class IndexValidationError(RuntimeError):
-    """The index directory is unusable; the message names the offending file."""
-
-
-def load_manifest(index_dir: Path) -> dict:
-    path = index_dir / MANIFEST
-    if not path.is_file():
-        raise IndexValidationError(f"{path} not found: not an index directory, or its build never finished")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise IndexValidationError(f"{path} is not valid JSON: {exc}") from exc
-    missing = [
-        k for k in ("model", "dimension", "passages", "factory", "profile", "files", "corpus") if k not in manifest
-    ]
-    if missing:
-        raise IndexValidationError(f"{path} lacks {missing}")
-    manifest.setdefault("index_type", "faiss")
-    if manifest["index_type"] not in INDEX_TYPES:
-        raise IndexValidationError(
-            f"{path}: index_type {manifest['index_type']!r} unknown to this version (known: {list(INDEX_TYPES)})"
-        )
-    _check_record(index_dir, STORE_INFO, manifest)
-    return manifest
-
-
-def _check_record(index_dir: Path, name: str, manifest: dict) -> None:
-    """A step's record must name the manifest's corpus: otherwise a rebuild was cut off after changing it."""
-    record = read_json(index_dir / name)
-    want = manifest["corpus"].get("sha256")
-    if record is None or record.get("corpus_sha256") != want:
-        found = (record or {}).get("corpus_sha256")
-        raise IndexValidationError(
-            f"{index_dir / name} records corpus {str(found)[:12]}, the manifest "
-            f"{str(want)[:12]}: a rebuild of this directory did not finish; re-run it"
-        )
 
 
 class LocalFaissBackend:
@@ -106,8 +79,6 @@ class LocalFaissBackend:
                 f"{self.store.directory} holds {len(self.store)} passages, manifest says {self.manifest['passages']}"
             )
         if encoder is None:
-            from search_backend.encoder import Encoder
-
             profile = PROFILES[self.manifest["profile"]["name"]]
             encoder = Encoder(
                 built_with,
@@ -150,13 +121,9 @@ class LocalFaissBackend:
             return index
         shards = self._load_shards()
         if self.index_type == "compact":
-            from search_backend.rerank_index import RerankIndex
-
             index = self._load_faiss()
             set_search_params(index, nprobe, ef_search, on_gpu=False)
             return RerankIndex(index, shards, rerank_depth)
-        from search_backend.torch_exact import ShardedExactIndex
-
         if devices is None:
             devices = ["cpu"]
             if device == "cuda":
@@ -167,7 +134,7 @@ class LocalFaissBackend:
         return ShardedExactIndex(shards, devices)
 
     def _load_shards(self) -> EmbeddingShards:
-        _check_record(self.index_dir, EMBED_INFO, self.manifest)
+        check_record(self.index_dir, EMBED_INFO, self.manifest)
         files = self.manifest["files"]
         paths = shard_paths(self.index_dir, int(files.get("shards", 0)))
         folder = self.index_dir / files.get("embeddings", EMBED_DIR)

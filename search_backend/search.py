@@ -31,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # The factory imports every backend, FAISS with them: `--help` and a mistyped flag answer without that load.
     from search_backend.config import SearchConfig, open_backend
 
     if args.query is not None:

@@ -19,9 +19,8 @@ from search_backend.base import Passage, SearchBackend, normalise_query, r1_text
 from search_backend.batching import MicroBatcher
 from search_backend.cache import ResultCache
 from search_backend.cpu_threads import Threads, configure, policy, restore, short_openmp_spin
-from search_backend.hybrid import HybridConfig
 from search_backend.index_reload import IndexWatch, ReloadError, reload_on_sighup
-from search_backend.index_settings import IndexSettings
+from search_backend.index_settings import HybridConfig, IndexSettings
 from searchrl.server import (
     BODY_ERRORS,
     ErrorBody,
@@ -289,6 +288,8 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     token = server_token(config.token, TOKEN_ENV)
 
     def open_index() -> SearchBackend:
+        # The factory imports every backend, FAISS with them: main() must shorten libgomp's spin before FAISS or
+        # torch first loads it, so the server's module imports neither.
         from search_backend.config import SearchConfig, open_backend
 
         return open_backend(SearchConfig(backend=config.backend, **config.index_settings()))

@@ -30,8 +30,7 @@ from searchrl.metrics import as_golds, best_over_golds
 from searchrl.qa_data.prompt_data import eval_questions, question_key_of
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.stage.config import ModelConfig, StageConfig, resolve_model_path
-from searchrl.stage.prompt import effective_model
-from searchrl.stage.templates import load_tokenizer, render_prompt, template_fingerprint
+from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt, template_fingerprint
 from stage_router_r1.data import SOURCES, RouterRecord, draw, load_source, parse_mix, pool_candidates
 from stage_router_r1.original import FLASHRAG, TEST_SETS
 from stage_router_r1.original import recipe as original_recipe

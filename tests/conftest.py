@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from searchrl.paths import ROOT
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
-ROOT = Path(__file__).parent.parent
 
 
 @contextmanager

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from searchrl.paths import ROOT
+
 PAGE = ROOT / "docs" / "REWARDS.md"
 BLOCK = re.compile(r"(<!-- table:gaming -->\n)(.*?)(<!-- /table -->)", re.S)
 

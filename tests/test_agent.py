@@ -323,7 +323,7 @@ def test_multi_query_block_through_the_openrlhf_loop(servers, tokenizer, model):
 
 
 def test_rag_r1_preset_is_rag_r1s_multi_query_search(servers, tokenizer, model):
-    from searchrl.stage.prompt import effective_model
+    from searchrl.stage.templates import effective_model
 
     search_url, reward_url = servers
     overrides = [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0"]

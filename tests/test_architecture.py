@@ -1,131 +1,323 @@
-"""The layering of docs/ARCHITECTURE.md, checked from the source: imports between top-level packages go one
-way (down the list below), so no two packages import each other, and the core imports nothing of ours.
+"""The layering of docs/ARCHITECTURE.md, checked from the source, file by file: no import circle between any two
+files, no import up the layers, and an import inside a function only where it delays a heavy library.
 
-Imports are read with `ast`, function-level ones included, so a lazy import cannot hide an edge.
+Imports are read with `ast` wherever they stand (module level, functions, `if TYPE_CHECKING:` blocks), so a lazy
+import cannot hide an edge. Also checked here: which top-level names an install adds, and that a real job
+uploads what its agent reaches and none of the packages that stay home.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
+from functools import cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
 
-# Lowest first: a package may import those before it, never one after it.
+from searchrl.paths import ROOT
+
+# Lowest first: a module may import modules of its own layer or of layers before it, never after it. A module
+# belongs to the longest prefix that names it (`searchrl.rollout.agent` to `searchrl.rollout`, `searchrl.paths`
+# to the core, `searchrl`).
 LAYERS = (
+    # The core: imports nothing else of the project.
     "searchrl",
-    # The training rehearsal's CPU layer: shipped to rehearsal jobs only; it imports the core alone, and no
-    # package imports it (the rehearsal names it by path), so no real job's upload reaches it.
-    "rehearsal_cpu",
+    # The training rehearsal's CPU layer: shipped to rehearsal jobs only; it imports the core alone.
+    "searchrl.rehearsal.cpu",
     "search_backend",
-    "routing",
+    "searchrl.routing",
     "reward_server",
-    "rollout",
+    "searchrl.stage",
+    "searchrl.rollout",
+    "searchrl.qa_data",
     "stage1_format",
     "stage2_answer",
     "stage_router_r1",
+    "searchrl.tiny_policy",
+    "searchrl.job",
     "eval",
+    "searchrl.rehearsal",
     "launch",
     "benchmarks",
 )
+# The design's folders and the stage folders OpenRLHF loads agent files from: the only top-level names of ours.
+TOP_LEVEL = {"searchrl", "search_backend", "reward_server", "stage1_format", "stage2_answer", "stage_router_r1",
+             "eval", "launch", "benchmarks"}  # fmt: skip
 # OpenRLHF loads these by path from the Ray working_dir, where the project root is not on sys.path yet.
 AGENT_ENTRY_FILES = ("stage1_format/agent_func.py", "stage2_answer/agent_func.py", "stage_router_r1/agent_func.py")
+# Libraries whose import costs seconds or needs a GPU stack: the only reason an import of ours may sit in a function
+# (the module imported pulls one of these in at its own module level, directly or through ours).
+HEAVY = {"torch", "transformers", "vllm", "deepspeed", "ray", "openrlhf", "faiss", "sentence_transformers",
+         "datasets", "matplotlib", "tensorboard", "torch_geometric", "sklearn", "scipy", "bm25s", "peft",
+         "tokenizers"}  # fmt: skip
+# Packages a real job leaves home (searchrl/job/plan.py HOME_ONLY): its workers never import them.
+HOME_ONLY = ("searchrl.job", "searchrl.qa_data", "searchrl.rehearsal", "searchrl.tiny_policy")
+RANK = {"top": 0, "typing": 1, "function": 2}
 
 
-def python_files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def module_name(file: Path) -> str:
+    parts = list(file.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
+@cache
+def modules() -> dict[str, Path]:
+    """Every module of ours, by dotted name."""
+    found = {}
+    for top in TOP_LEVEL:
+        for file in sorted((ROOT / top).rglob("*.py")):
+            found[module_name(file)] = file
     return found
 
 
-def package_edges() -> dict[tuple[str, str], list[str]]:
-    """(importer, imported) -> where, for every import of one top-level package by another."""
-    edges: dict[tuple[str, str], list[str]] = {}
-    for package in LAYERS:
-        for file in python_files(package):
-            for line, module in imported_modules(ast.parse(file.read_text(encoding="utf-8"))):
-                target = module.split(".")[0]
-                if target in LAYERS and target != package:
-                    edges.setdefault((package, target), []).append(f"{file.relative_to(ROOT)}:{line} {module}")
+def layer_of(module: str) -> str:
+    return max((layer for layer in LAYERS if module == layer or module.startswith(layer + ".")), key=len)
+
+
+def _guarded_by_main(node: ast.If) -> bool:
+    test = node.test
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(tree: ast.Module, package: str) -> list[tuple[int, str, str]]:
+    """(line, imported name, where: "top", "function" or "typing") for every import in the tree; `from a import b`
+    gives `a.b`, which is resolved to module `a` where `a.b` is not one. A file's own `__main__` block is left out:
+    it runs as a script, never on import."""
+    found: list[tuple[int, str, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, ast.If) and _guarded_by_main(node):
+            return
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name, where) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            found.append((node.lineno, base, where))
+            found.extend((node.lineno, f"{base}.{alias.name}", where) for alias in node.names)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            where = "function"
+        elif isinstance(node, ast.If) and _type_checking(node) and where == "top":
+            where = "typing"
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "top")
+    return found
+
+
+@cache
+def graph() -> dict[str, dict[str, tuple[str, str]]]:
+    """module -> {imported module of ours: (file:line, "top", "function" or "typing": how it is first met)}."""
+    ours = modules()
+    edges: dict[str, dict[str, tuple[str, bool]]] = {}
+    for module, file in ours.items():
+        package = module if file.name == "__init__.py" else module.rpartition(".")[0]
+        out: dict[str, tuple[str, str]] = {}
+        for line, name, kind in imports_of(ast.parse(file.read_text(encoding="utf-8")), package):
+            if name.split(".")[0] not in TOP_LEVEL:
+                continue
+            target = name
+            while target and target not in ours:
+                target = target.rpartition(".")[0]
+            if not target or target == module or module.startswith(target + "."):
+                continue  # the package a module sits in is imported with it (its __init__): not an edge
+            where = f"{file.relative_to(ROOT)}:{line}"
+            previous = out.get(target)
+            if previous is None or RANK[kind] < RANK[previous[1]]:
+                out[target] = (where, kind)
+        edges[module] = out
     return edges
 
 
-def find_cycle(edges: dict[tuple[str, str], list[str]]) -> list[str] | None:
-    graph: dict[str, set[str]] = {}
-    for a, b in edges:
-        graph.setdefault(a, set()).add(b)
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
-            if nxt not in state and (cycle := visit(nxt)) is not None:
-                return cycle
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state and (cycle := visit(start)) is not None:
-            return cycle
-    return None
+@cache
+def third_party(module: str) -> frozenset[str]:
+    """The top-level libraries a module of ours imports at its own module level."""
+    file = modules()[module]
+    package = module if file.name == "__init__.py" else module.rpartition(".")[0]
+    found = imports_of(ast.parse(file.read_text(encoding="utf-8")), package)
+    names = {n.split(".")[0] for _, n, kind in found if kind == "top"}
+    return frozenset(names - TOP_LEVEL)
 
 
-def test_find_cycle_finds_one() -> None:
-    assert find_cycle({("a", "b"): [], ("b", "c"): [], ("c", "a"): []}) == ["a", "b", "c", "a"]
-    assert find_cycle({("a", "b"): [], ("a", "c"): [], ("b", "c"): []}) is None
+def loads_heavy(module: str) -> bool:
+    """Whether importing the module pulls in a heavy library, through module-level imports only."""
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if third_party(m) & HEAVY:
+            return True
+        todo += [t for t, (_, kind) in graph()[m].items() if kind == "top"]
+    return False
 
 
-def test_every_package_is_listed() -> None:
-    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and any(p.glob("*.py")) and p.name != "tests"}
-    assert packages <= set(LAYERS), f"place {sorted(packages - set(LAYERS))} in LAYERS and docs/ARCHITECTURE.md"
+def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's components of more than one node: the import circles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
 
 
-def test_no_import_cycle_between_packages() -> None:
-    edges = package_edges()
-    cycle = find_cycle(edges)
-    if cycle is not None:
-        where = [f"{a} -> {b}: {edges[(a, b)][0]}" for a, b in zip(cycle, cycle[1:], strict=False)]
-        raise AssertionError("import cycle " + " -> ".join(cycle) + "\n" + "\n".join(where))
+def test_strongly_connected_finds_circles() -> None:
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b", "c"}, "b": {"c"}}) == []
+
+
+def test_imports_of_reads_every_form() -> None:
+    code = (
+        "import searchrl.protocol\nfrom searchrl import metrics\nfrom . import x\n"
+        "def f():\n    from search_backend.base import Passage\n"
+        "if __name__ == '__main__':\n    import launch.cli\n"
+    )
+    found = imports_of(ast.parse(code), "searchrl.job")
+    assert (1, "searchrl.protocol", "top") in found and (2, "searchrl.metrics", "top") in found
+    assert (3, "searchrl.job.x", "top") in found and (5, "search_backend.base", "function") in found
+    assert not [n for _, n, _ in found if n.startswith("launch")]
+
+
+def test_every_package_has_a_layer() -> None:
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and any(p.glob("*.py")) and p.name != "tests"}
+    assert folders <= TOP_LEVEL, f"a new top-level package {sorted(folders - TOP_LEVEL)}: put it under searchrl/"
+    for top in TOP_LEVEL:
+        assert top in LAYERS or any(layer.startswith(top + ".") for layer in LAYERS), top
+    for module in modules():
+        assert layer_of(module), module
+
+
+def test_no_import_circle_between_files() -> None:
+    circles = strongly_connected({m: set(out) for m, out in graph().items()})
+    shown = []
+    for circle in circles:
+        inside = set(circle)
+        shown.append(
+            " <-> ".join(circle)
+            + "\n  "
+            + "\n  ".join(f"{m} -> {t} ({w})" for m in circle for t, (w, _) in graph()[m].items() if t in inside)
+        )
+    assert not circles, "import circles between files:\n" + "\n".join(shown)
 
 
 def test_imports_go_down_the_layers() -> None:
     upward = [
-        f"{a} imports {b} ({where[0]})"
-        for (a, b), where in package_edges().items()
-        if LAYERS.index(b) > LAYERS.index(a)
+        f"{where}: {module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+        for module, out in graph().items()
+        for target, (where, _) in out.items()
+        if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
     ]
-    assert not upward, "imports against the layering of docs/ARCHITECTURE.md:\n" + "\n".join(upward)
+    assert not upward, "imports against the layering of docs/ARCHITECTURE.md:\n" + "\n".join(sorted(upward))
 
 
-def test_the_job_uploads_every_package_the_agent_files_reach() -> None:
-    from searchrl.job.submit import UPLOAD
-
-    edges = package_edges()
-    reached, todo = set(), [f.split("/")[0] for f in AGENT_ENTRY_FILES]
-    while todo:
-        package = todo.pop()
-        if package not in reached:
-            reached.add(package)
-            todo += [b for a, b in edges if a == package]
-    assert reached <= set(UPLOAD), f"add {sorted(reached - set(UPLOAD))} to searchrl/job/submit.py UPLOAD"
+def test_an_import_in_a_function_delays_a_heavy_library() -> None:
+    """Imports of ours stand at the top of the file unless the module imported is heavy to load. Benchmarks are
+    exempt: a measuring script decides what its measured process has loaded, and when (thread settings before a
+    library starts its pools, an in-process block that counts its own imports)."""
+    light = [
+        f"{where}: {target}"
+        for module, out in graph().items()
+        for target, (where, kind) in out.items()
+        if kind == "function" and not loads_heavy(target) and not module.startswith("benchmarks.")
+    ]
+    assert not light, "move these imports to the top of their files (nothing heavy is delayed):\n" + "\n".join(
+        sorted(light)
+    )
 
 
 def test_core_imports_nothing_of_ours() -> None:
-    ours = [f"{b}: {where}" for (a, b), where in package_edges().items() if a == "searchrl"]
-    assert not ours, f"searchrl must import nothing else of the project: {ours}"
+    ours = [f"{w}: {t}" for m, out in graph().items() if layer_of(m) == "searchrl" for t, (w, _) in out.items()]
+    assert not [o for o in ours if layer_of(o.split(": ")[1]) != "searchrl"], ours
+
+
+def test_an_install_adds_only_the_design_top_level_names() -> None:
+    from setuptools import find_packages
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    packages = find_packages(str(ROOT), include=found["find"]["include"])
+    tops = {p.split(".")[0] for p in packages}
+    assert tops == TOP_LEVEL - {"benchmarks"}, tops
+    assert "searchrl.rehearsal.cpu" in packages and "searchrl.routing.gmtrouter" in packages
+
+
+def agent_closure() -> set[str]:
+    """Every module of ours the agent entry files reach, through any import."""
+    todo = [module_name(ROOT / f) for f in AGENT_ENTRY_FILES]
+    seen: set[str] = set()
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += list(graph()[m])
+            # A module's packages run their __init__ on import too.
+            parts = m.split(".")
+            todo += [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in modules()]
+    return seen
+
+
+def test_the_agent_reaches_nothing_that_stays_home() -> None:
+    home = sorted(m for m in agent_closure() if m.startswith(HOME_ONLY))
+    assert not home, f"the agent reaches packages a real job leaves home: {home}"
+
+
+@pytest.mark.parametrize("stage", ["stage1", "stage2", "router_r1"])
+def test_a_real_submit_uploads_what_its_workers_run_and_nothing_else(stage, tmp_path) -> None:
+    from searchrl.job.plan import HOME_ONLY as PLAN_HOME_ONLY
+    from searchrl.job.plan import plan_stage, runtime_env
+    from searchrl.job.preflight import build_package
+
+    assert {p.strip("/").replace("/", ".") for p in PLAN_HOME_ONLY} == set(HOME_ONLY)
+    env = runtime_env(plan_stage(stage, None, ["init_from=null"]))
+    files = set(build_package(env, tmp_path / "package.zip").files)
+    needed = {str(modules()[m].relative_to(ROOT)) for m in agent_closure()}
+    assert needed <= files, f"the job would miss {sorted(needed - files)}"
+    home = sorted(f for f in files if f.replace("/", ".").startswith(HOME_ONLY))
+    assert not home, f"a real job uploads code that stays home: {home[:10]}"
+    assert not [f for f in files if f.startswith(("tests/", "benchmarks/", "launch/", "examples/", "docs/"))]
+    assert {"configs/stages/stage1_format.yaml", "pyproject.toml"} <= files
 
 
 def edits_sys_path(tree: ast.AST) -> list[int]:
@@ -154,11 +346,27 @@ def test_edits_sys_path_sees_the_usual_forms() -> None:
 
 def test_no_sys_path_edits_outside_tests_and_agent_entry_files() -> None:
     offenders = []
-    for file in sorted(ROOT.rglob("*.py")):
+    for file in modules().values():
         rel = file.relative_to(ROOT).as_posix()
-        if rel.startswith(("tests/", ".venv/", "runs/")) or "/." in f"/{rel}" or rel in AGENT_ENTRY_FILES:
+        if rel in AGENT_ENTRY_FILES:
             continue
         offenders += [f"{rel}:{line}" for line in edits_sys_path(ast.parse(file.read_text(encoding="utf-8")))]
     assert not offenders, "run scripts as modules (python -m package.script) instead of editing sys.path: " + str(
         offenders
     )
+
+
+def test_the_repository_paths_are_known_in_one_place() -> None:
+    """`Path(__file__)` climbing to the checkout's root appears only in searchrl/paths.py (and the agent entry
+    files, which must find the root before they can import anything)."""
+    offenders = []
+    for file in [*modules().values(), *sorted((ROOT / "tests").rglob("*.py"))]:
+        rel = file.relative_to(ROOT).as_posix()
+        text = file.read_text(encoding="utf-8")
+        if rel in (*AGENT_ENTRY_FILES, "searchrl/paths.py", "tests/test_architecture.py"):
+            continue
+        if "Path(__file__).resolve().parent.parent" in text or "Path(__file__).parent.parent" in text:
+            offenders.append(rel)
+        if "Path(__file__).resolve().parents[1]" in text:
+            offenders.append(rel)
+    assert not offenders, f"use searchrl.paths (ROOT, CONFIGS, EXAMPLES, RUNS): {offenders}"

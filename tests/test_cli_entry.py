@@ -8,9 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launch.cli import COMMANDS, GROUPS, resolve
-
-ROOT = Path(__file__).parent.parent
+from launch.cli import COMMANDS, GROUPS, target
+from searchrl.paths import ROOT
 
 # Each command's --help through launch.cli.main, in one interpreter: one start-up for all of them.
 HELP_ALL = """
@@ -82,7 +81,7 @@ def test_arguments_reach_the_target_untouched():
 
 def test_every_target_imports():
     for key, command in COMMANDS.items():
-        assert callable(resolve(command)), key
+        assert callable(target(command)), key
 
 
 def test_console_script_installed():

@@ -12,17 +12,18 @@ import subprocess
 import sys
 import textwrap
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
+from searchrl.paths import ROOT
 from searchrl.rehearsal.cpu.cuda_shims import CpuDevice
 from searchrl.rehearsal.cpu.sampler import BatchSampler
 from searchrl.tiny_policy.model import build_policy
 
-ROOT = Path(__file__).resolve().parent.parent
 STUBS = ROOT / "searchrl/rehearsal/cpu" / "stubs"
+# The packages under searchrl/ beside the core: the layer may use the core alone.
+SUBPACKAGES = ("rollout", "stage", "job", "qa_data", "tiny_policy", "rehearsal", "routing")
 TEXTS = [
     "Who wrote the book? <|begin_of_query|> book author <|end_of_query|>\n\n<|begin_of_documents|>\n(1)x\n"
     "<|end_of_documents|>\n\n The author is Ann. </think>\n<answer> Ann </answer>"
@@ -224,9 +225,9 @@ def test_overrides_are_applied_after_openrlhf_checks(monkeypatch, capsys):
 def test_the_layer_imports_only_the_core():
     """It is shipped (py_modules) to rehearsal jobs only, beside the uploaded code: it may use the core, nothing
     that would make a real job's code reach it."""
-    own = {"search_backend", "reward_server", "rollout", "routing", "eval", "launch", "benchmarks"}
+    own = {"search_backend", "reward_server", "eval", "launch", "benchmarks", *(f"searchrl.{p}" for p in SUBPACKAGES)}
     for file in (ROOT / "searchrl/rehearsal/cpu").rglob("*.py"):
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8").replace("searchrl.rehearsal.cpu", "")
         found = [m for m in own if f"from {m}" in text or f"import {m}" in text]
         assert not found, f"{file}: imports {found}"
 

@@ -12,8 +12,8 @@ import pytest
 
 from benchmarks import tables
 from launch.cli import COMMANDS, GROUPS
+from searchrl.paths import ROOT
 
-ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 SPAN = re.compile(r"`[^`\n]+`")

@@ -121,7 +121,8 @@ def test_build_crashing_while_writing_the_index_is_never_loaded_and_resumes(tmp_
 
     import search_backend.faiss_index as faiss_index
     from search_backend.build_index import build
-    from search_backend.local_faiss import IndexValidationError, LocalFaissBackend
+    from search_backend.index_layout import IndexValidationError
+    from search_backend.local_faiss import LocalFaissBackend
     from tests.test_search_fixtures import build_kwargs, fixture_index
 
     reference = fixture_index()

@@ -256,9 +256,7 @@ def test_secrets_are_not_in_reprs():
     settings_ = ServerSettings(spec=STAGE2_ANSWER, token=TOKEN)
     for text in (repr(config), str(config), config.model_dump_json(), repr(settings_), str(settings_)):
         assert TOKEN not in text
-    sources = [
-        p for d in ("search_backend", "routing", "reward_server", "rollout", "eval") for p in (ROOT / d).rglob("*.py")
-    ]
+    sources = [p for d in ("search_backend", "searchrl", "reward_server", "eval") for p in (ROOT / d).rglob("*.py")]
     # A class-level field (four spaces in) holding a secret as a plain str would show in the class's repr.
     plain = re.compile(r"^ {4}(token|api_key|key|secret|password)\s*:\s*str\b", re.MULTILINE)
     assert [str(p) for p in sources if plain.search(p.read_text(encoding="utf-8"))] == []

@@ -148,7 +148,7 @@ def test_golds_that_cannot_be_read_are_refused_naming_the_record(tmp_path, stage
 def test_rag_r1_data_is_rendered_with_its_multi_query_prompt(tmp_path):
     from searchrl.job import preflight
     from searchrl.stage.config import load_stage
-    from searchrl.stage.prompt import effective_model
+    from searchrl.stage.templates import effective_model
 
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"question": "Who wrote On the Origin of Species?", "answer": "Charles Darwin"}) + "\n")

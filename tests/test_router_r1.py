@@ -25,8 +25,7 @@ from searchrl.routing.loopback_pool import repoint, skills_by_price
 from searchrl.routing.routed_recordings import by_price, route_trajectory
 from searchrl.stage.config import load_stage
 from searchrl.stage.openrlhf_flags import check_args, validated_args
-from searchrl.stage.prompt import effective_model
-from searchrl.stage.templates import load_tokenizer, render_prompt
+from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt
 from searchrl.tiny_policy.model import build_tokenizer
 from stage_router_r1.data import read_router_records
 from tests.conftest import ROOT, serve

@@ -22,7 +22,6 @@ QUERIES = FIXTURES / "kiltmini_queries.jsonl"
 QUERIES_1000 = FIXTURES / "queries_1000.txt"
 KILT_SAMPLE = FIXTURES / "kilt_sample.jsonl"
 SHARD_SIZE = 100
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def scratch_dir(prefix: str) -> Path:

@@ -15,7 +15,8 @@ import pytest
 
 import search_backend.build_index as build_index
 from search_backend.build_index import BuildError, build, resolve_devices
-from search_backend.local_faiss import IndexValidationError, LocalFaissBackend
+from search_backend.index_layout import IndexValidationError
+from search_backend.local_faiss import LocalFaissBackend
 from tests.test_search_fixtures import PASSAGES, fixture_queries, scratch_dir
 
 N = 40

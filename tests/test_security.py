@@ -7,10 +7,9 @@ from tests.conftest import ROOT
 SOURCES = [
     p
     for d in (
+        "searchrl",
         "search_backend",
-        "routing",
         "reward_server",
-        "rollout",
         "eval",
         "stage1_format",
         "stage2_answer",

@@ -24,12 +24,13 @@ from search_backend.http_client import HttpSearchBackend
 from search_backend.serve import ServerConfig
 from search_backend.serve import create_app as create_search_app
 from searchrl.job import preflight, submit
+from searchrl.job.plan import excludes, plan_stage, runtime_env
 from searchrl.protocol import BEGIN_DOCS, END_DOCS
 from searchrl.rehearsal.job import ReplayVllmEngine, install_vllm_standin
 from searchrl.rollout.agent import Runtime, load_agent_executor, stage_from_env
 from searchrl.rollout.engines import SamplingParams
 from searchrl.rollout.environment import Episode, SearchEnvironment
-from searchrl.stage.config import CONFIG_JSON_ENV, load_stage, stage_package
+from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, load_stage, stage_package
 from searchrl.stage.openrlhf_flags import check_args
 from searchrl.stage.templates import render_prompt
 from searchrl.tiny_policy.model import build_tokenizer
@@ -138,10 +139,10 @@ def fresh_clone(tmp_path_factory) -> Path:
 def test_ray_package_holds_code_and_config_only(tmp_path, monkeypatch, fresh_clone, stage):
     """Defects 1 and 2: Ray 2.55's own packaging of the rendered runtime_env, in a clone with data in it."""
     clone = fresh_clone
-    plan = submit.resolve(stage, None, [])
-    env = {**submit.runtime_env(plan), "working_dir": str(clone), "excludes": submit.excludes(clone)}
+    plan = plan_stage(stage, None, [])
+    env = {**runtime_env(plan), "working_dir": str(clone), "excludes": excludes(clone)}
     report = preflight.build_package(env, tmp_path / "package.zip")
-    agent = f"{stage_package(submit.STAGES[stage])}/agent_func.py"
+    agent = f"{stage_package(STAGES[stage])}/agent_func.py"
     assert agent in report.files and "searchrl/rollout/agent.py" in report.files
     assert report.bytes < 5 << 20 and not report.data_files
     assert not [f for f in report.files if f.startswith(("indexes/", "runs/", "kilt", ".venv", "configs/resolved"))]
@@ -157,14 +158,14 @@ def test_secrets_forwarded_and_masked(monkeypatch, capsys):
     monkeypatch.setenv("SEARCHRL_REWARD_TOKEN", "reward-secret-1")
     monkeypatch.setenv("SEARCHRL_SEARCH_TOKEN", "search-secret-2")
     monkeypatch.setenv("HF_TOKEN", "hf-secret-3")
-    plan = submit.resolve("stage1", None, ["openrlhf.logger.wandb.key=wandb-secret-4"])
-    env = submit.runtime_env(plan)
+    plan = plan_stage("stage1", None, ["openrlhf.logger.wandb.key=wandb-secret-4"])
+    env = runtime_env(plan)
     assert env["env_vars"]["SEARCHRL_REWARD_TOKEN"] == "reward-secret-1"
     assert env["env_vars"]["SEARCHRL_SEARCH_TOKEN"] == "search-secret-2"
     assert env["env_vars"]["WANDB_API_KEY"] == "wandb-secret-4"
     # The flag names the variable, which the job's shell expands from env_vars.
     assert check_args(plan["train_args"]).__dict__["logger.wandb.key"] == "$WANDB_API_KEY"
-    assert submit.main(["stage1", "--dry-run", "openrlhf.logger.wandb.key=wandb-secret-4"]) == 0
+    assert submit.dry_run_main(["stage1", "openrlhf.logger.wandb.key=wandb-secret-4"]) == 0
     shown = capsys.readouterr().out
     record = (ROOT / "configs/resolved/stage1_format.dry-run.json").read_text()
     for secret in ("reward-secret-1", "search-secret-2", "hf-secret-3", "wandb-secret-4"):
@@ -294,7 +295,7 @@ def test_scores_are_correctness(spec, solution, score):
 @pytest.mark.parametrize("stage", ["stage1", "stage2"])
 def test_r1searcher_defaults_and_prefix_caching(stage):
     """Defect 8: vLLM prefix caching on, R1-Searcher's top_p and no warm-up."""
-    ns = vars(check_args(submit.resolve(stage, None, [])["train_args"]))
+    ns = vars(check_args(plan_stage(stage, None, [])["train_args"]))
     assert ns["vllm.enable_prefix_caching"] is True
     assert ns["rollout.top_p"] == 0.95 and ns["actor.lr_warmup_ratio"] == 0.0
     if stage == "stage1":  # the README's recipe: 320 prompts / 64 a step x 10 passes = 50 rollout steps
@@ -308,7 +309,7 @@ def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, 
     before = record.read_text() if record.exists() else None
     record.write_text('{"launched": true}')
     try:
-        assert submit.main(["stage1", "--dry-run"]) == 0
+        assert submit.dry_run_main(["stage1"]) == 0
         assert record.read_text() == '{"launched": true}'
         assert json.loads((record.parent / "stage1_format.dry-run.json").read_text())["stage"] == "stage1_format"
     finally:
@@ -319,7 +320,7 @@ def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, 
     capsys.readouterr()
     monkeypatch.setenv("PATH", str(tmp_path))  # no `ray` on it
     servers = ["search.urls=http://127.0.0.1:9", "reward_server.urls=http://127.0.0.1:9"]
-    assert submit.main(["stage1", "--preflight", *servers]) == 1
+    assert submit.preflight_main(["stage1", *servers]) == 1
     shown = capsys.readouterr().out
     assert "[FAIL] ray CLI" in shown and "pip install -e '.[train]'" in shown
 
@@ -333,7 +334,7 @@ def test_config_inline_wins_over_a_missing_file(monkeypatch):
 
 def test_openrlhf_post_parse_checks_run(capsys):
     """The rendered flags go through the checks train_ppo_ray makes after parsing, before Ray starts."""
-    assert submit.main(["stage1", "--dry-run", "openrlhf.rollout.n_samples_per_prompt=1"]) == 2
+    assert submit.dry_run_main(["stage1", "openrlhf.rollout.n_samples_per_prompt=1"]) == 2
     assert "requires n_samples_per_prompt > 1" in capsys.readouterr().err
 
 
@@ -341,12 +342,12 @@ def test_openrlhf_checks_run_without_importing_torch():
     """A dry run checks the flags with OpenRLHF's own code but imports neither torch nor transformers (the
     check's `hierarchize` comes from a stdlib-only module whose package __init__ imports both)."""
     code = (
-        "import sys; from rollout import submit; rc = submit.main(['stage1', '--dry-run']); "
+        "import sys; from searchrl.job import submit; rc = submit.dry_run_main(['stage1']); "
         "heavy = sorted(m for m in ('torch', 'transformers', 'openrlhf.utils') if m in sys.modules); "
         "print(rc, heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "0 []", out.stderr[-2000:]
-    bad = code.replace("'--dry-run']", "'--dry-run', 'openrlhf.rollout.n_samples_per_prompt=1']")
+    bad = code.replace("['stage1']", "['stage1', 'openrlhf.rollout.n_samples_per_prompt=1']")
     out = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "2 []" and "requires n_samples_per_prompt > 1" in out.stderr

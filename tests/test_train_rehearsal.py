@@ -14,29 +14,30 @@ import pytest
 from reward_server.scoring import score_solution
 from reward_server.spec import STAGE1_FORMAT
 from searchrl.job import preflight, sft
-from searchrl.job.submit import resolve, runtime_env
+from searchrl.job.plan import HOME_ONLY, plan_stage, ray_command, runtime_env
+from searchrl.paths import ROOT
+from searchrl.qa_data.sft_data import main as prepare_sft
+from searchrl.qa_data.sft_data import trajectory_messages
 from searchrl.rehearsal import cpu_layer
-from searchrl.rehearsal.episodes import RAY_NAMED_PORTS, ephemeral_range, ray_ports
+from searchrl.rehearsal.ray_head import RAY_NAMED_PORTS, ephemeral_range, ray_ports
 from searchrl.stage.openrlhf_flags import validated_args
-from searchrl.tiny_policy import warm_start
+from searchrl.tiny_policy import mixture
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU_KEYS = {"py_modules", "worker_process_setup_hook"}
 
 
 @pytest.mark.parametrize("stage", ["stage1", "stage2"])
 def test_a_real_submit_neither_carries_nor_activates_the_cpu_layer(stage, tmp_path):
-    plan = resolve(stage, None, ["init_from=null"])
+    plan = plan_stage(stage, None, ["init_from=null"])
     env = runtime_env(plan)
     assert not CPU_KEYS & set(env), env.keys()
     assert not [k for k in env["env_vars"] if k.startswith("SEARCHRL_CPU")]
     package = preflight.build_package(env, tmp_path / "package.zip")
     assert not [f for f in package.files if f.startswith("searchrl/rehearsal/cpu/")]
     assert not [f for f in package.files if f.startswith(("vllm/", "flash_attn/"))]
-    assert any(f.startswith("rollout/") for f in package.files)  # the package itself is the real one
+    assert any(f.startswith("searchrl/rollout/") for f in package.files)  # the package itself is the real one
+    assert not [f for f in package.files if f.startswith(("searchrl/rehearsal/", "searchrl/tiny_policy/"))]
     # The job's entry is OpenRLHF's module itself, not the rehearsal's launcher.
-    from searchrl.job.submit import ray_command
-
     assert ray_command(plan, None, env)[-len(plan["train_args"]) - 3 :][:3] == [
         "python3",
         "-m",
@@ -45,14 +46,22 @@ def test_a_real_submit_neither_carries_nor_activates_the_cpu_layer(stage, tmp_pa
 
 
 def test_the_rehearsal_adds_exactly_the_cpu_layer(tmp_path):
-    plan = resolve("stage1", None, ["init_from=null"])
+    plan = plan_stage("stage1", None, ["init_from=null"])
     env = runtime_env(plan)
     overrides = cpu_layer.cpu_overrides(plan["flags"], 1e-3)
     cpu = cpu_layer.runtime_env_with_cpu_layer(env, overrides, tmp_path / "sync.jsonl")
     assert set(cpu) - set(env) == CPU_KEYS
-    assert {k: v for k, v in cpu.items() if k not in CPU_KEYS | {"env_vars"}} == {
-        k: v for k, v in env.items() if k != "env_vars"
+    assert {k: v for k, v in cpu.items() if k not in CPU_KEYS | {"env_vars", "excludes"}} == {
+        k: v for k, v in env.items() if k not in ("env_vars", "excludes")
     }
+    # The upload gains the rehearsal's own code (the layer included), and nothing else.
+    assert set(env["excludes"]) - set(cpu["excludes"]) == set(cpu_layer.REHEARSAL_CODE) and set(cpu["excludes"]) < set(
+        env["excludes"]
+    )
+    assert set(cpu_layer.REHEARSAL_CODE) < set(HOME_ONLY)
+    package = preflight.build_package(cpu, tmp_path / "package.zip")
+    assert "searchrl/rehearsal/cpu/launch.py" in package.files and "searchrl/rehearsal/job.py" in package.files
+    assert not [f for f in package.files if f.startswith(("searchrl/job/", "searchrl/qa_data/"))]
     assert cpu["worker_process_setup_hook"] == "searchrl.rehearsal.cpu.activate"
     assert [Path(p).name for p in cpu["py_modules"]] == ["vllm", "flash_attn"]
     added = set(cpu["env_vars"]) - set(env["env_vars"])
@@ -65,10 +74,12 @@ def test_the_rehearsal_adds_exactly_the_cpu_layer(tmp_path):
 
 @pytest.mark.parametrize("stage", ["stage1", "stage2"])
 def test_the_overrides_pass_openrlhf_checks_and_keep_the_stage_layout(stage):
-    plan = resolve(stage, None, ["init_from=null"])
+    plan = plan_stage(stage, None, ["init_from=null"])
     overrides = cpu_layer.cpu_overrides(plan["flags"], 1e-3)
     flags = {o.flag: o.value for o in overrides}
-    cpu_plan = resolve(stage, None, ["init_from=null", *(f"openrlhf.{k}={json.dumps(v)}" for k, v in flags.items())])
+    cpu_plan = plan_stage(
+        stage, None, ["init_from=null", *(f"openrlhf.{k}={json.dumps(v)}" for k, v in flags.items())]
+    )
     args = validated_args(cpu_plan["train_args"])
     # OpenRLHF's own checks force flash-attention with packing: the override is re-applied after them.
     assert args.ds.attn_implementation == "flash_attention_2"
@@ -93,17 +104,17 @@ def test_ray_ports_cannot_collide_by_construction():
 
 
 def test_warm_start_kinds_earn_their_documented_stage1_rewards():
-    q = warm_start.Question("Who wrote Dune?", "Frank Herbert", "wrote Dune")
+    q = mixture.Question("Who wrote Dune?", "Frank Herbert", "wrote Dune")
     docs = ["Title: Dune Text: Dune is a novel by Frank Herbert."]
     want = {"correct": 1.0, "no_search": 0.5, "think_left_open": 0.5, "two_answers": 0.5, "no_answer": 0.5,
             "query_left_open": 0.0}  # fmt: skip
     for kind, reward in want.items():
-        messages = warm_start.trajectory(kind, "P <think>", q, docs, random.Random(0), "", 1.0)
+        messages = mixture.trajectory(kind, "P <think>", q, docs, random.Random(0), "", 1.0)
         solution = "".join(m["content"] for m in messages[1:])
         searches = sum(m["role"] == "tool" for m in messages)
         got = score_solution(solution, [q.answer], STAGE1_FORMAT, {"num_searches": searches}).reward
         assert got == reward, (kind, got, solution)
-    assert abs(sum(warm_start.MIXTURE.values()) - 1.0) < 1e-9
+    assert abs(sum(mixture.MIXTURE.values()) - 1.0) < 1e-9
 
 
 def test_sft_messages_keep_documents_out_of_the_loss(tmp_path):
@@ -118,7 +129,7 @@ def test_sft_messages_keep_documents_out_of_the_loss(tmp_path):
         "(1)Dune is a novel by Frank Herbert.\n<|end_of_documents|>\n\n It is Frank Herbert. </think>\n"
         "<answer> Frank Herbert </answer>"
     )
-    messages = sft.trajectory_messages("Question: who wrote Dune? <think>", solution, "</s>")
+    messages = trajectory_messages("Question: who wrote Dune? <think>", solution, "</s>")
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[2]["content"].startswith("<|begin_of_documents|>") and messages[3]["content"].endswith("</s>")
     assert "".join(m["content"] for m in messages[1:]) == solution + "</s>"
@@ -127,7 +138,7 @@ def test_sft_messages_keep_documents_out_of_the_loss(tmp_path):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder)
-    cfg = sft.resolve([])["flags"]
+    cfg = sft.plan_sft([])["flags"]
     strategy = type("S", (), {"args": type("A", (), {"data": type("D", (), {
         "input_key": "messages", "output_key": None, "apply_chat_template": True,
         "tokenizer_chat_template": cfg["data.tokenizer_chat_template"]})})})()  # fmt: skip
@@ -142,7 +153,7 @@ def test_sft_messages_keep_documents_out_of_the_loss(tmp_path):
 
 def test_prepare_sft_from_released_trajectories(tmp_path):
     out = tmp_path / "sft.jsonl"
-    rc = sft.prepare_main(["--input", str(ROOT / "examples/bamboogle_llama_sample.jsonl"), "--out", str(out),
+    rc = prepare_sft(["--input", str(ROOT / "examples/bamboogle_llama_sample.jsonl"), "--out", str(out),
                            "--eos", "</s>"])  # fmt: skip
     assert rc == 0
     rows = [json.loads(line) for line in out.open()]
@@ -153,10 +164,10 @@ def test_prepare_sft_from_released_trajectories(tmp_path):
 
 
 def test_sft_flags_pass_train_sft_parser():
-    plan = sft.resolve([])
+    plan = sft.plan_sft([])
     assert "--data.multiturn" in plan["train_args"] and "--ds.zero_stage" in plan["train_args"]
     with pytest.raises(ValueError, match="not flags"):
-        sft.resolve(["openrlhf.rollout.batch_size=3"])
+        sft.plan_sft(["openrlhf.rollout.batch_size=3"])
 
 
 def test_stage2_without_a_stage1_checkpoint_says_how_to_make_one(tmp_path):

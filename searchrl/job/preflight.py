@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from searchrl.paths import RUNS
 from searchrl.stage.config import CONFIG_JSON_ENV, StageConfig, stage_package
 from searchrl.stage.templates import template_fingerprint
 
@@ -309,3 +310,20 @@ def report(checks: list[Check], out: Callable[[str], None] = print) -> bool:
     failed = sum(not c.ok for c in checks)
     out(f"preflight: {len(checks) - failed} checks passed, {failed} failed")
     return failed == 0
+
+
+def submission_checks(plan: dict[str, Any], env: dict[str, Any], run_dir: Path | None = None) -> list[Check]:
+    stage: StageConfig = plan["stage"]
+    checks = [
+        Check("flags parse", True, f"{len(plan['train_args'])} arguments, OpenRLHF 0.11.2's own parser and checks"),
+        check_ray_cli(),
+        check_config(env, stage),
+    ]
+    package, _ = check_package(env, plan["flags"]["train.agent_func_path"])
+    checks += package
+    checks += check_servers(stage, run_dir or RUNS / "servers")
+    checks += check_data(stage, plan["flags"], plan["model"], plan["stage_name"])
+    checks += check_checkpoint(plan["policy"], plan["policy_source"])
+    forwarded = sorted(k for k in env["env_vars"] if k != CONFIG_JSON_ENV)
+    checks.append(Check("secrets forwarded", True, ", ".join(forwarded) + " (masked)" if forwarded else "none set"))
+    return checks

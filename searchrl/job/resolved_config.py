@@ -2,7 +2,7 @@
 as JSON.
 
 launch/start_servers.sh starts the reward server on this file, so the server scores with exactly the spec
-the agent reads (the same stage file, the same overrides); the stage names come from searchrl/job/submit.py.
+the agent reads (the same stage file, the same overrides); the stage names come from searchrl/stage/config.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from searchrl.config import ConfigError
-from searchrl.job.submit import ROOT, STAGES
-from searchrl.stage.config import load_stage
+from searchrl.stage.config import STAGES, load_stage, stage_config_file
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
     try:
-        stage, _ = load_stage(ROOT / "configs/stages" / f"{STAGES[args.stage]}.yaml", args.overrides)
+        stage, _ = load_stage(stage_config_file(args.stage), args.overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -22,13 +22,10 @@ from searchrl.config import ConfigError, load
 from searchrl.hub import HubError, load_dataset_rows
 from searchrl.jsonl import RecordError, read_jsonl
 from searchrl.metrics import as_golds, best_over_golds, normalize_answer
-from searchrl.paths import ROOT
+from searchrl.qa_data.eval_sets import EVAL_SETS, eval_set_path
 from searchrl.stage.config import ModelConfig, StageConfig, resolve_model_path
-from searchrl.stage.prompt import effective_model
-from searchrl.stage.templates import load_tokenizer, render_prompt, template_fingerprint
+from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt, template_fingerprint
 
-EVAL_DIR = ROOT / "eval" / "data"
-EVAL_SETS = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}
 DEFAULT_BUCKETS = "hard:0-2,medium:3-6,easy:7-10"
 DEFAULT_MODEL = "configs/models/qwen2.5-7b-base.yaml"
 
@@ -52,10 +49,7 @@ def question_key_of(question: str) -> str:
 
 
 def eval_questions() -> dict[str, set[str]]:
-    return {
-        name: {question_key_of(r["question"]) for r in read_jsonl(EVAL_DIR / f"{file}.jsonl")}
-        for name, file in EVAL_SETS.items()
-    }
+    return {name: {question_key_of(r["question"]) for r in read_jsonl(eval_set_path(name))} for name in EVAL_SETS}
 
 
 def parse_buckets(spec: str) -> list[tuple[str, int, int]]:

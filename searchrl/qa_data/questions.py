@@ -14,10 +14,8 @@ from typing import Any
 
 from searchrl.hub import load_dataset_rows
 from searchrl.jsonl import RecordError, read_jsonl
-from searchrl.paths import ROOT
+from searchrl.qa_data.eval_sets import EVAL_SETS, eval_set_path
 
-DATA = ROOT / "eval" / "data"
-BUNDLED = {"hotpotqa": "hotpotqa_500", "2wiki": "2wiki_500", "musique": "musique_500", "bamboogle": "bamboogle"}
 # Answer fields tried in order when none is named: R1-Searcher, FlashRAG / Search-R1, SQuAD-like sets.
 ANSWER_FIELDS = ("answer", "golden_answers", "answers")
 ID_FIELDS = ("idx", "id")
@@ -37,7 +35,7 @@ def parse_hf(spec: str) -> tuple[str, str | None, str | None]:
 
 
 def dataset_name(spec: str) -> str:
-    if spec in BUNDLED:
+    if spec in EVAL_SETS:
         return spec
     if spec.startswith("hf:"):
         return "__".join(p.replace("/", "__") for p in parse_hf(spec) if p)
@@ -84,8 +82,8 @@ def load_questions(
     """`hotpotqa|2wiki|musique|bamboogle` (bundled), `hf:NAME[:CONFIG][:SPLIT]`, or a .jsonl/.json/.parquet file.
 
     Each record gets `idx` (its own `idx` or `id`, else its position) plus `question` and `answer`."""
-    if spec in BUNDLED:
-        rows: list[dict[str, Any]] = list(read_jsonl(DATA / f"{BUNDLED[spec]}.jsonl"))
+    if spec in EVAL_SETS:
+        rows: list[dict[str, Any]] = list(read_jsonl(eval_set_path(spec)))
     elif spec.startswith("hf:"):
         name, config, split = parse_hf(spec)
         rows = load_dataset_rows(name, config, split)[1]
@@ -93,7 +91,7 @@ def load_questions(
         rows = _read_file(Path(spec))
     else:
         raise RecordError(
-            f"--dataset {spec!r}: not one of {sorted(BUNDLED)}, not hf:NAME[:CONFIG][:SPLIT], and no such file"
+            f"--dataset {spec!r}: not one of {sorted(EVAL_SETS)}, not hf:NAME[:CONFIG][:SPLIT], and no such file"
         )
     out = []
     for i, row in enumerate(rows):

@@ -1,9 +1,11 @@
 """The rehearsal's side of the CPU layer (`searchrl/rehearsal/cpu/`): the flags a CPU cannot honour, each with its
 reason, and the runtime_env additions that ship the layer to a rehearsal job and to no other job.
 
-A real submit's runtime_env is `searchrl.job.submit.runtime_env`; a rehearsal adds to it, here, exactly
-`py_modules` (the layer and its `vllm` / `flash_attn` stand-ins), `worker_process_setup_hook` (the CUDA
-shims in every Ray worker) and the env vars naming the overrides and the weight-sync log.
+A real submit's runtime_env is `searchrl.job.plan.runtime_env`; a rehearsal adds to it, here, exactly the
+rehearsal's own code in the upload (`searchrl/rehearsal/`, the layer included, and `searchrl/tiny_policy/`),
+`py_modules` (the layer's `vllm` / `flash_attn` stand-ins, importable under their own names),
+`worker_process_setup_hook` (the CUDA shims in every Ray worker) and the env vars naming the overrides and the
+weight-sync log.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ CPU_LAYER = ROOT / "searchrl/rehearsal/cpu"
 SYNC_LOG_ENV = "SEARCHRL_CPU_SYNC_LOG"
 OVERRIDES_ENV = "SEARCHRL_CPU_OVERRIDES"
 SETUP_HOOK = "searchrl.rehearsal.cpu.activate"
+# The packages a rehearsal's job imports beyond a real job's upload (searchrl/job/plan.py HOME_ONLY).
+REHEARSAL_CODE = ("/searchrl/rehearsal", "/searchrl/tiny_policy")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,12 @@ def cpu_overrides(flags: dict[str, Any], lr: float) -> list[Override]:
     ]
 
 
+def with_rehearsal_code(env: dict[str, Any]) -> dict[str, Any]:
+    """A real submit's runtime_env with the rehearsal's own code uploaded too: a real job leaves
+    searchrl/rehearsal and searchrl/tiny_policy home (`HOME_ONLY`), a rehearsal's job runs them."""
+    return {**env, "excludes": [e for e in env["excludes"] if e not in REHEARSAL_CODE]}
+
+
 def runtime_env_with_cpu_layer(
     env: dict[str, Any], overrides: list[Override], sync_log: Path | None
 ) -> dict[str, Any]:
@@ -70,4 +80,4 @@ def runtime_env_with_cpu_layer(
     }
     if sync_log is not None:
         env_vars[SYNC_LOG_ENV] = str(sync_log)
-    return {**env, **cpu, "env_vars": env_vars}
+    return {**with_rehearsal_code(env), **cpu, "env_vars": env_vars}

@@ -12,28 +12,26 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import random
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from searchrl.config import ConfigError
+from searchrl.config import ConfigError, load
 from searchrl.job import preflight
+from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.paths import ROOT
 from searchrl.process import free_port, start_module, stop
+from searchrl.rehearsal.cpu_layer import with_rehearsal_code
+from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
 from searchrl.rehearsal.job import MARKER
+from searchrl.rehearsal.ray_head import RayHead
 from searchrl.routing.llm_router import RouterConfig
+from searchrl.routing.loopback_pool import repoint, start_loopback
 from searchrl.routing.routed_recordings import by_price, route_trajectory
-from searchrl.stage.config import CONFIG_JSON_ENV, stage_package
+from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, ModelConfig, stage_package
+from searchrl.tiny_policy.model import save_chat_tokenizer
 
 EXAMPLES = ROOT / "examples"
 RECORDINGS = EXAMPLES / "bamboogle_llama_sample.jsonl"
@@ -52,154 +50,6 @@ CPU_SCALE = {
 }
 
 
-RAY_NAMED_PORTS = (
-    "gcs",
-    "dashboard",
-    "client",
-    "node_manager",
-    "object_manager",
-    "agent_listen",
-    "agent_grpc",
-    "metrics",
-    "runtime_env_agent",
-)
-WORKER_PORTS = 200
-
-
-def ephemeral_range() -> tuple[int, int]:
-    """The ports the kernel hands out for port 0 and outgoing connections (Linux's ip_local_port_range)."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def ray_ports(rng: random.Random | None = None, tries: int = 50) -> dict[str, int]:
-    """Every port a Ray head takes, from one block of consecutive free ports below the kernel's
-    ephemeral range: the named ports first, then the worker-port range right after them. The range
-    cannot overlap a named port by construction (ports picked one by one used to land inside it, and
-    `ray start` refused to start), and no port 0 bind or outgoing connection is given a port in it."""
-    rng = rng or random.Random()
-    size = len(RAY_NAMED_PORTS) + WORKER_PORTS
-    low = 10000
-    high = ephemeral_range()[0]
-    if high - low < 4 * size:
-        low, high = ephemeral_range()[1] + 1, 65535
-    for _ in range(tries):
-        base = rng.randrange(low, high - size)
-        if all(port_free(p) for p in range(base, base + size)):
-            ports = {name: base + i for i, name in enumerate(RAY_NAMED_PORTS)}
-            ports["min_worker"] = base + len(RAY_NAMED_PORTS)
-            ports["max_worker"] = base + size - 1
-            return ports
-    raise RuntimeError(f"no block of {size} free ports on 127.0.0.1 after {tries} tries")
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-class RayHead:
-    """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
-    ids of the processes it started."""
-
-    def __init__(self, workdir: Path, num_cpus: int = 4, num_gpus: int = 0) -> None:
-        """`num_gpus` logical GPUs: OpenRLHF places its actors and engines by GPU bundles."""
-        self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
-        self.log = workdir / "ray_head.log"
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        ports = ray_ports()
-        self.dashboard_port = ports["dashboard"]
-        cmd = [
-            str(Path(sys.executable).parent / "ray"),
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--port={ports['gcs']}",
-            "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={ports['dashboard']}",
-            f"--ray-client-server-port={ports['client']}",
-            f"--node-manager-port={ports['node_manager']}",
-            f"--object-manager-port={ports['object_manager']}",
-            f"--dashboard-agent-listen-port={ports['agent_listen']}",
-            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
-            f"--metrics-export-port={ports['metrics']}",
-            f"--runtime-env-agent-port={ports['runtime_env_agent']}",
-            f"--min-worker-port={ports['min_worker']}",
-            f"--max-worker-port={ports['max_worker']}",
-            f"--num-cpus={num_cpus}",
-            f"--num-gpus={num_gpus}",
-            "--include-dashboard=true",
-            f"--temp-dir={self.temp}",
-        ]
-        self.env = env
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=self.log.open("wb"),
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-
-    @property
-    def address(self) -> str:
-        return f"http://127.0.0.1:{self.dashboard_port}"
-
-    def wait(self, timeout_s: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ray start exited with {self.proc.returncode}; see {self.log}")
-            try:
-                if httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
-
-    def _descendants(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        found, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            for child in children.get(pid, []):
-                found.append(child)
-                todo.append(child)
-        return found
-
-    def stop(self) -> None:
-        pids = [self.proc.pid, *self._descendants()]
-        # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if self.proc.poll() is None:
-            self.proc.wait(10)
-        shutil.rmtree(self.temp, ignore_errors=True)
-
-
 def _override_value(overrides: list[str], key: str) -> str | None:
     found = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")]
     return found[-1] if found else None
@@ -207,9 +57,7 @@ def _override_value(overrides: list[str], key: str) -> str | None:
 
 def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -> bool:
     """Whether the configured servers answer and the reward server scores this stage's reward."""
-    from searchrl.job.submit import resolve
-
-    stage = resolve(stage_name, model, overrides)["stage"]
+    stage = plan_stage(stage_name, model, overrides)["stage"]
     checks = preflight.check_servers(stage, ROOT / "runs/servers", timeout_s=2.0)
     return all(c.ok for c in checks) and any(c.name == "reward spec equal" for c in checks)
 
@@ -256,10 +104,6 @@ def _stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
     import yaml
     from transformers import AutoTokenizer
 
-    from searchrl.config import load
-    from searchrl.stage.config import ModelConfig
-    from searchrl.tiny_policy.model import save_chat_tokenizer
-
     model = load(ModelConfig, model_file)
     if model.kind != "chat":
         return None
@@ -291,14 +135,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes: int) -> int:
-    from searchrl.job.submit import STAGES, preflight_checks, resolve, runtime_env
-
+def run(stage_name: str, model: str | None, overrides: list[str], episodes: int) -> int:
+    """The episode rehearsal of a stage (the module docstring): the table, then one JSON line; 0 when every
+    check held."""
     stage = STAGES[stage_name]
     if not (Path(sys.executable).parent / "ray").is_file():
         print("error: the rehearsal needs Ray 2.55 with its job server: pip install -e '.[dev]'", file=sys.stderr)
         return 3
-    work = ROOT / "runs/rehearse"
+    work = REHEARSAL_DIR
     stage_dir = work / stage
     stage_dir.mkdir(parents=True, exist_ok=True)
     n = int(_override_value(overrides, "openrlhf.rollout.n_samples_per_prompt") or SAMPLES_PER_PROMPT)
@@ -307,7 +151,7 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
     head: RayHead | None = None
     t0 = time.monotonic()
     try:
-        base = resolve(stage_name, model, ["init_from=null", *overrides])
+        base = plan_stage(stage_name, model, ["init_from=null", *overrides])
         model_config = str(base["stage"].model)
         if model is None and (stand_in := _stand_in_chat_model(model_config, stage_dir)) is not None:
             model = model_config = stand_in
@@ -332,8 +176,6 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
         local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
         if router is not None:
             # A routing stage's pool on loopback: canned answers to the rehearsal's questions, its prices.
-            from searchrl.routing.loopback_pool import repoint, start_loopback
-
             qa = [json.loads(line) for line in (stage_dir / "questions.jsonl").open(encoding="utf-8")]
             pool_proc, pool_url = start_loopback(router, qa, stage_dir)
             started.append(pool_proc)
@@ -342,10 +184,8 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
             print(f"[rehearse] loopback LLM pool {pool_url} ({', '.join(m['name'] for m in models)})", flush=True)
         if not _healthy_servers(stage_name, model, [*local, *overrides]):
             if router is None:
-                from searchrl.rehearsal.training import build_index
-
                 print("[rehearse] the rehearsal index (mini corpus + fictional people), built once", flush=True)
-                index = build_index(work)
+                index = rehearsal_index(work)
                 search_port = free_port()
                 started.append(
                     start_module(
@@ -355,7 +195,7 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
                 local.append(f"search.urls=http://127.0.0.1:{search_port}")
                 print(f"[rehearse] retrieval server :{search_port} (rehearsal index)", flush=True)
             reward_port = free_port()
-            plan0 = resolve(stage_name, model, [*local, *overrides])
+            plan0 = plan_stage(stage_name, model, [*local, *overrides])
             spec_file = stage_dir / "stage.json"
             spec_file.write_text(plan0["stage"].model_dump_json())
             started.append(
@@ -363,10 +203,10 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
             )
             local.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
             print(f"[rehearse] reward server :{reward_port}", flush=True)
-        plan = resolve(stage_name, model, [*local, *overrides])
+        plan = plan_stage(stage_name, model, [*local, *overrides])
         env = runtime_env(plan)
         print(f"[rehearse] preflight for {plan['stage'].stage}:", flush=True)
-        checks = preflight_checks(plan, env, work / "servers")
+        checks = preflight.submission_checks(plan, env, work / "servers")
         preflight_ok = preflight.report(checks)
         package = preflight.build_package(env, stage_dir / "package.zip")
         head = RayHead(stage_dir)
@@ -379,7 +219,8 @@ def rehearse(stage_name: str, model: str | None, overrides: list[str], episodes:
             "--address",
             head.address,
             "--runtime-env-json",
-            json.dumps(env),
+            # The real submit's upload, plus the rehearsal code its job runs (searchrl.rehearsal.job).
+            json.dumps(with_rehearsal_code(env)),
             "--",
             "python3",
             "-m",

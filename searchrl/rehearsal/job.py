@@ -30,9 +30,11 @@ import ray
 import torch
 
 from searchrl.protocol import BEGIN_DOCS
+from searchrl.rehearsal.openrlhf_source import experience_maker_class
 from searchrl.rollout.agent import config_source
 from searchrl.rollout.engines import CompletionOutput, RequestOutput, SamplingParams, recorded_actions
 from searchrl.stage.openrlhf_flags import validated_args
+from searchrl.tiny_policy.model import build_tokenizer
 
 MARKER = "SEARCHRL_REHEARSAL "
 
@@ -242,9 +244,6 @@ def run(args: argparse.Namespace, train_args: list[str]) -> dict[str, Any]:
     from openrlhf.trainer.ppo_utils import FixedKLController, NaiveReplayBuffer
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
     from torch.utils.data import DataLoader
-
-    from searchrl.rehearsal.openrlhf_source import experience_maker_class
-    from searchrl.tiny_policy.model import build_tokenizer
 
     flags = validated_args(train_args)  # OpenRLHF's parser, nesting and checks
     ray.init(logging_level="WARNING")

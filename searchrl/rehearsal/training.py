@@ -27,71 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.config import ConfigError
+from searchrl.job.plan import plan_stage, runtime_env
+from searchrl.job.readiness import readiness
 from searchrl.paths import ROOT
 from searchrl.process import free_port, start_module, stop
 from searchrl.rehearsal.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
-from searchrl.rehearsal.episodes import RayHead
-from searchrl.stage.config import stage_package
+from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_prompts, rehearsal_index
+from searchrl.rehearsal.ray_head import RayHead
+from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
+from searchrl.stage.config import STAGES
 
-EXAMPLES = ROOT / "examples"
-REHEARSAL_DIR = ROOT / "runs/rehearse"
 TRAIN_DIR = REHEARSAL_DIR / "train"
 ENTRY = "openrlhf.cli.train_ppo_ray"
-# The rehearsal's questions: stage 1 on the real stage-1 questions (the last HELDOUT_STAGE1 are kept for
-# evaluation), stage 2 on the fictional people, whose birthplaces only the retrieved passages name.
-STAGE1_QUESTIONS = EXAMPLES / "stage_1.jsonl"
-HELDOUT_STAGE1 = 100
 # The tiny policy's learning rate (R1-Searcher's 7B policies: 2e-6).
 DEFAULT_LR = 1e-3
-FICTIONAL = EXAMPLES / "fictional"
-
-
-def rehearsal_corpus(work: Path) -> Path:
-    """The mini KILT corpus and the fictional people in one JSONL corpus (rewritten only when it changes)."""
-    text = (EXAMPLES / "mini_corpus.jsonl").read_text(encoding="utf-8") + (FICTIONAL / "corpus.jsonl").read_text(
-        encoding="utf-8"
-    )
-    out = work / "corpus.jsonl"
-    if not out.is_file() or out.read_text(encoding="utf-8") != text:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    return out
-
-
-def build_index(work: Path = REHEARSAL_DIR) -> Path:
-    """`searchrl index build` over the rehearsal corpus, shared by every rehearsal; the builder resumes,
-    so an up-to-date index costs seconds."""
-    index = work / "index"
-    corpus = rehearsal_corpus(work)
-    cmd = [sys.executable, "-m", "search_backend.build_index", "--corpus", str(corpus), "--format", "jsonl"]
-    done = subprocess.run([*cmd, "--out", str(index)], cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"searchrl index build failed: {done.stderr[-2000:]}")
-    return index
-
-
-def stage_questions(stage: str, count: int) -> list[dict[str, Any]]:
-    """`count` training questions for the stage, repeated in order when the split is smaller."""
-    if stage == "stage1_format":
-        rows = [json.loads(line) for line in STAGE1_QUESTIONS.open(encoding="utf-8")][:-HELDOUT_STAGE1]
-        rows = [{"question": r["question"], "answer": r["answer"], "pred_anses": r.get("pred_anses")} for r in rows]
-    else:
-        rows = [json.loads(line) for line in (FICTIONAL / "train.jsonl").open(encoding="utf-8")]
-        rows = [{"question": r["question"], "answer": r["answer"]} for r in rows]
-    return [rows[i % len(rows)] for i in range(count)]
-
-
-def prepare_prompts(stage: str, model_config: str, count: int, out_dir: Path) -> Path:
-    """The stage's prompt dataset, made by the stage's own data preparation."""
-    questions = out_dir / "questions.jsonl"
-    questions.write_text("".join(json.dumps(r) + "\n" for r in stage_questions(stage, count)), encoding="utf-8")
-    data = out_dir / "prompts.jsonl"
-    cmd = [sys.executable, "-m", f"{stage_package(stage)}.prepare_data", "--input", str(questions), "--out", str(data)]
-    cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
-    return data
 
 
 def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> list[str]:
@@ -207,9 +156,6 @@ def train(
 ) -> dict[str, Any]:
     """Run the stage's training job on CPU for `steps` rollout steps; returns the summary (see the module
     docstring). Raises ConfigError (a bad request) or RuntimeError (a failed job)."""
-    from searchrl.job.submit import STAGES, resolve, runtime_env
-    from searchrl.tiny_policy import warm_start
-
     stage = STAGES[stage_name]
     if stage not in ("stage1_format", "stage2_answer"):
         raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
@@ -229,16 +175,16 @@ def train(
             f"`searchrl stage rehearse stage1 --train --steps N{where}` first (or pass --pretrain PATH)"
         )
     _clean(final, ckpt, tb, sync_log, work / "resumed")
-    index = build_index()
+    index = rehearsal_index()
     start: list[str] = []
     if stage == "stage1_format":
-        policy = pretrain or warm_start.ensure(index, seed=seed, log=lambda m: print(m, flush=True))
+        policy = pretrain or ensure_warm_start(index, seed=seed, log=lambda m: print(m, flush=True))
         start = [f"openrlhf.actor.model_name_or_path={policy}", "init_from=null"]
     elif pretrain is not None:
         start = [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
     else:
         start = [f"init_from={out / 'stage1_format.resolved.json'}"]
-    base = resolve(stage_name, model, [*start, *overrides])
+    base = plan_stage(stage_name, model, [*start, *overrides])
     cpu = cpu_overrides(base["flags"], lr)
     prompts_per_step = next(o.value for o in cpu if o.flag == "rollout.batch_size")
     data = prepare_prompts(stage, str(base["stage"].model), steps * prompts_per_step, work)
@@ -261,13 +207,13 @@ def train(
             start_module("search_backend.serve", ["--index", str(index)], search_port, work / "retrieval.log", 300)
         )
         servers = [f"search.urls=http://127.0.0.1:{search_port}"]
-        plan0 = resolve(stage_name, model, [*start, *overrides, *servers, *flags])
+        plan0 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags])
         spec = work / "stage.json"
         spec.write_text(plan0["stage"].model_dump_json(), encoding="utf-8")
         reward_port = free_port()
         started.append(start_module("reward_server", ["--resolved", str(spec)], reward_port, work / "reward.log"))
         servers.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
-        plan = resolve(stage_name, model, [*start, *overrides, *servers, *flags])
+        plan = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags])
         if stage == "stage1_format":
             (out / "stage1_format.resolved.json").write_text(plan["stage"].model_dump_json(indent=1), encoding="utf-8")
         for o in all_overrides:
@@ -296,7 +242,7 @@ def train(
             ]
             again = [*all_overrides, *more]
             flags2 = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in again]
-            plan2 = resolve(stage_name, model, [*start, *overrides, *servers, *flags2])
+            plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
             env2 = runtime_env_with_cpu_layer(runtime_env(plan2), again, work / "resumed/sync.jsonl")
             print("[train] resuming from the DeepSpeed checkpoint (one more pass)", flush=True)
             code2 = run_job(head, env2, plan2["train_args"], work / "resume.log")
@@ -310,8 +256,6 @@ def train(
     switch = None
     if plan["previous"] is not None:
         # What `--when-ready` reads on GPUs before it hands stage 1's checkpoint to stage 2: reported here.
-        from searchrl.job.submit import readiness
-
         switch = readiness(plan["previous"][0], 0.9, 0.9, 10)
         switch["checkpoint_written"] = (Path(str(plan["policy"])) / "config.json").is_file()
     synced = synced_digests(sync_log)

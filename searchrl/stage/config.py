@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from reward_server.spec import RewardSpec
 from searchrl.config import ConfigError, load
+from searchrl.paths import CONFIGS
 from searchrl.stage.algorithms import ALGORITHMS
 from searchrl.stage.prompt import StagePrompt
 from searchrl.stage.search import StageSearchConfig
@@ -26,12 +27,19 @@ CONFIG_ENV = "SEARCHRL_CONFIG"
 FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | None
 
 
+# Command-line stage names and their configs; `rag_r1` is stage 2 with RAG-R1's multi-query search.
+STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer", "router_r1": "router_r1", "rag_r1": "rag_r1"}
 # The folder holding a stage's agent file and data preparation, where it is not named after the stage.
 STAGE_PACKAGES = {"router_r1": "stage_router_r1"}
 
 
 def stage_package(stage: str) -> str:
     return STAGE_PACKAGES.get(stage, stage)
+
+
+def stage_config_file(stage_name: str) -> Path:
+    """The YAML file of a command-line stage name (`stage1` -> configs/stages/stage1_format.yaml)."""
+    return CONFIGS / "stages" / f"{STAGES[stage_name]}.yaml"
 
 
 class Strict(BaseModel):

@@ -8,13 +8,9 @@ on always names the models, prices and latencies the backend really serves.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-if TYPE_CHECKING:
-    from searchrl.routing.llm_router import RouterConfig
-    from searchrl.stage.config import ModelConfig, StageConfig
+from searchrl.routing.llm_router import RouterConfig
 
 DEFAULT_MODEL_LINE = (
     "- {name}: {description} Price ${price_prompt} per 1k prompt tokens, ${price_completion} per 1k completion "
@@ -58,37 +54,3 @@ def pool_listing(router: RouterConfig, model_line: str = DEFAULT_MODEL_LINE) -> 
             ).replace("  ", " ")
         )
     return "\n".join(lines)
-
-
-def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
-    """The model config whose prompt the stage's policy sees: the stage's prompt, when it has one, with the
-    pool filled in ({models}: the listing, {names}: the names, comma-separated) and the episode's multi-query
-    settings ({max_queries}, {separator}); the model config unchanged otherwise."""
-    prompt = stage.prompt
-    if prompt is None:
-        return model
-    text = "".join(t or "" for t in (prompt.base, prompt.system, prompt.user))
-    listing, names = "", ""
-    if "{models}" in text or "{names}" in text:
-        if stage.search.router is None:
-            raise ValueError(f"{stage.stage}: prompt: lists the pool of search.router, which is not set")
-        names = ", ".join(m.name for m in stage.search.router.models)
-        listing = pool_listing(stage.search.router, prompt.model_line)
-
-    def fill(text: str) -> str:
-        episode = stage.episode
-        text = text.replace("{max_queries}", str(episode.max_queries_per_block))
-        text = text.replace("{separator}", episode.query_separator)
-        return text.replace("{models}", listing).replace("{names}", names)
-
-    if model.kind == "base":
-        if prompt.base is None:
-            raise ValueError(f"{stage.stage}: prompt.base: needed for the base model {model.name!r}")
-        return model.model_copy(update={"template": fill(prompt.base)})
-    if prompt.user is not None:
-        return model.model_copy(
-            update={"system": fill(prompt.system) if prompt.system else None, "user": fill(prompt.user)}
-        )
-    if prompt.system is None:
-        raise ValueError(f"{stage.stage}: prompt.system or prompt.user: needed for the chat model {model.name!r}")
-    return model.model_copy(update={"system": fill(prompt.system)})

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from search_backend.config import SearchConfig
+from search_backend.settings import SearchConfig
 from searchrl.routing.llm_router import RouterConfig
 
 

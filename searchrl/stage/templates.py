@@ -1,4 +1,5 @@
-"""Rendering a question into the policy's prompt, from the model config (templates are data)."""
+"""Rendering a question into the policy's prompt, from the model config (templates are data), and the model
+config whose prompt a stage's policy sees (the stage's own prompt text over the model config's)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import hashlib
 import json
 from typing import Any, Protocol
 
+from searchrl.hub import load_tokenizer as load_hub_tokenizer
 from searchrl.protocol import THINK_OPEN
-from searchrl.stage.config import ModelConfig
+from searchrl.stage.config import ModelConfig, StageConfig
+from searchrl.stage.prompt import pool_listing
 
 
 class ChatTokenizer(Protocol):
@@ -39,9 +42,7 @@ def render_prompt(model: ModelConfig, question: str, tokenizer: ChatTokenizer | 
 
 def load_tokenizer(model: ModelConfig) -> Any:
     """The model's Hugging Face tokenizer (a hub name or a local path); offline, an error naming what to fetch."""
-    from searchrl.hub import load_tokenizer as load
-
-    return load(model.tokenizer)
+    return load_hub_tokenizer(model.tokenizer)
 
 
 def template_fingerprint(model: ModelConfig) -> str:
@@ -49,3 +50,37 @@ def template_fingerprint(model: ModelConfig) -> str:
     preflight compares it with the job's model config."""
     parts = [model.kind, model.template, model.system, model.user, model.assistant_prefix, model.tokenizer]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
+    """The model config whose prompt the stage's policy sees: the stage's prompt, when it has one, with the
+    pool filled in ({models}: the listing, {names}: the names, comma-separated) and the episode's multi-query
+    settings ({max_queries}, {separator}); the model config unchanged otherwise."""
+    prompt = stage.prompt
+    if prompt is None:
+        return model
+    text = "".join(t or "" for t in (prompt.base, prompt.system, prompt.user))
+    listing, names = "", ""
+    if "{models}" in text or "{names}" in text:
+        if stage.search.router is None:
+            raise ValueError(f"{stage.stage}: prompt: lists the pool of search.router, which is not set")
+        names = ", ".join(m.name for m in stage.search.router.models)
+        listing = pool_listing(stage.search.router, prompt.model_line)
+
+    def fill(text: str) -> str:
+        episode = stage.episode
+        text = text.replace("{max_queries}", str(episode.max_queries_per_block))
+        text = text.replace("{separator}", episode.query_separator)
+        return text.replace("{models}", listing).replace("{names}", names)
+
+    if model.kind == "base":
+        if prompt.base is None:
+            raise ValueError(f"{stage.stage}: prompt.base: needed for the base model {model.name!r}")
+        return model.model_copy(update={"template": fill(prompt.base)})
+    if prompt.user is not None:
+        return model.model_copy(
+            update={"system": fill(prompt.system) if prompt.system else None, "user": fill(prompt.user)}
+        )
+    if prompt.system is None:
+        raise ValueError(f"{stage.stage}: prompt.system or prompt.user: needed for the chat model {model.name!r}")
+    return model.model_copy(update={"system": fill(prompt.system)})

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from searchrl.paths import EXAMPLES
 from searchrl.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE
 
 PROTOCOL_TOKENS = [BEGIN_QUERY, END_QUERY, BEGIN_DOCS, END_DOCS, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
@@ -86,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from searchrl.paths import ROOT as root
-
     p = argparse.ArgumentParser(
         prog="python -m searchrl.tiny_policy.model",
         description="Write a tiny random checkpoint folder (save_pretrained) for CPU runs of the evaluation: "
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = [
         json.loads(line).get(key, "")
         for name, key in (("bamboogle_llama_sample.jsonl", "gen_text_store"), ("mini_corpus.jsonl", "text"))
-        for line in (root / "examples" / name).open(encoding="utf-8")
+        for line in (EXAMPLES / name).open(encoding="utf-8")
     ]
     print(save_checkpoint(args.out, texts, args.seed))
     return 0

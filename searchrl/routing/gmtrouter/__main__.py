@@ -11,6 +11,7 @@ from searchrl.routing.gmtrouter.checkpoint import CheckpointError
 from searchrl.routing.gmtrouter.data import LogError, write_logs
 from searchrl.routing.gmtrouter.model import KINDS
 from searchrl.routing.gmtrouter.original_format import FORMATS, read_user_logs
+from searchrl.routing.gmtrouter.synthetic import synthesize
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +133,6 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _synthesize(args: argparse.Namespace) -> int:
-    from searchrl.routing.gmtrouter.synthetic import synthesize
 
     users = synthesize(args.users, seed=args.seed, personas=args.personas, feedback_noise=args.feedback_noise)
     write_logs(users, args.out)

@@ -20,6 +20,7 @@ from searchrl.routing.gmtrouter.data import Session, UserLog, sessions_of
 from searchrl.routing.gmtrouter.graph import UserHistory
 from searchrl.routing.gmtrouter.metrics import ndcg, pair_metrics, rated_pairs
 from searchrl.routing.gmtrouter.policy import PersonalRouter
+from searchrl.routing.gmtrouter.synthetic import synthesize
 from searchrl.routing.gmtrouter.train import TrainConfig
 
 METHODS = ("personalised", "non_personalised", "popularity")
@@ -163,7 +164,6 @@ def heldout_experiment(
     """Synthetic users, trained on the earliest `train_fraction` of the seen users' sessions; scored on
     the seen users' later sessions and on new users (their first `context_sessions` as context)."""
     from searchrl.routing.gmtrouter.data import split_sessions
-    from searchrl.routing.gmtrouter.synthetic import synthesize
     from searchrl.routing.gmtrouter.train import train_checkpoint
 
     users = synthesize(seen_users + new_users, seed=seed)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from searchrl.routing.gmtrouter.data import read_logs, sessions_of
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -138,7 +140,6 @@ class GMTRouterPolicy:
     @classmethod
     def from_config(cls, config: GMTRouterPolicyConfig, pool: Sequence[str]) -> GMTRouterPolicy:
         from searchrl.routing.gmtrouter.checkpoint import HISTORY_FILE
-        from searchrl.routing.gmtrouter.data import read_logs, sessions_of
         from searchrl.routing.gmtrouter.graph import UserHistory
 
         router = PersonalRouter.load(config.checkpoint)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from search_backend.encoder import Encoder
 from searchrl.routing.gmtrouter.checkpoint import HISTORY_FILE, save_checkpoint
 from searchrl.routing.gmtrouter.data import Session, UserLog, check_models, sessions_of, write_logs
 from searchrl.routing.gmtrouter.graph import LLMTable, TextTable, UserHistory
@@ -74,7 +75,6 @@ class TrainConfig:
 
 @functools.lru_cache(maxsize=2)
 def bundled_encoder(model: str = "all-MiniLM-L6-v2") -> tuple[Callable[[list[str]], np.ndarray], int]:
-    from search_backend.encoder import Encoder
 
     enc = Encoder(model)
     return enc.encode_queries, enc.dimension

@@ -1,4 +1,4 @@
-"""The tiny policy's warm start: a mixture of protocol trajectories, most of them broken, for a brief
+"""The tiny policy's warm-start mixture: protocol trajectories, most of them broken, for a brief
 supervised pass, so that the policy follows the protocol sometimes, as a base model does before RL.
 
 Every trajectory is the text an episode of the real environment would hold: the prompt rendered with
@@ -23,18 +23,14 @@ birthplace the documents name with probability `copy_rate` (0.5), another city o
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import random
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from searchrl.metrics import as_golds
-from searchrl.paths import ROOT
+from searchrl.paths import EXAMPLES
 from searchrl.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_QUERY, END_QUERY, THINK_CLOSE, format_documents
 
 MIXTURE: dict[str, float] = {
@@ -122,19 +118,6 @@ def build(
     return rows
 
 
-EXAMPLES = ROOT / "examples"
-POLICY_DIR = ROOT / "runs/tiny_policy"
-# What the warm start is made from: a change to any of these builds a new one (the cache key).
-INPUTS = (
-    Path(__file__),
-    ROOT / "searchrl/tiny_policy/model.py",
-    ROOT / "searchrl/job/sft.py",
-    ROOT / "configs/stages/sft.yaml",
-    EXAMPLES / "stage_1.jsonl",
-    EXAMPLES / "mini_corpus.jsonl",
-    EXAMPLES / "fictional/corpus.jsonl",
-    EXAMPLES / "fictional/train.jsonl",
-)
 HELDOUT_STAGE1 = 100  # the last stage-1 questions: for evaluation only, never in the warm start or training
 
 
@@ -147,56 +130,3 @@ def fictional_questions(split: str = "train") -> list[Question]:
     rows = [json.loads(line) for line in (EXAMPLES / "fictional" / f"{split}.jsonl").open(encoding="utf-8")]
     cities = tuple(sorted({r["answer"] for r in rows}))
     return [Question(r["question"], r["answer"], r["person"], cities) for r in rows]
-
-
-def cache_key(seed: int) -> str:
-    h = hashlib.sha256(f"seed={seed}".encode())
-    for path in INPUTS:
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def ensure(
-    index: Path, seed: int = 0, template: Path | None = None, log: Callable[[str], None] = print, force: bool = False
-) -> Path:
-    """The warm-started tiny policy (a Hugging Face folder), built once per set of inputs under
-    runs/tiny_policy/<key>/: a random-init policy and its tokenizer (`base/`), the mixture (`sft.jsonl`),
-    then the SFT stage on it, rehearsed on CPU (`warm_start/`)."""
-    from search_backend.base import r1_text
-    from search_backend.local_faiss import LocalFaissBackend
-    from searchrl.config import load
-    from searchrl.job import sft
-    from searchrl.stage.config import ModelConfig
-    from searchrl.tiny_policy import model as tiny_policy
-
-    home = POLICY_DIR / cache_key(seed)
-    final = home / "warm_start"
-    if (final / "config.json").is_file() and not force:
-        return final
-    if home.exists():
-        shutil.rmtree(home)
-    home.mkdir(parents=True)
-    model = load(ModelConfig, template or ROOT / "configs/models/qwen2.5-7b-base.yaml")
-    if model.template is None:
-        raise ValueError(f"{model.name}: the tiny policy's warm start needs a base model's plain-text template")
-    backend = LocalFaissBackend(index)
-
-    def retrieve(queries: list[str]) -> list[list[str]]:
-        return [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, 3))]
-
-    render = lambda q: model.template.replace("{question}", q)  # noqa: E731
-    rows = build(real_questions(), render, retrieve, "</s>", seed=seed, copies=1)
-    rows += build(fictional_questions(), render, retrieve, "</s>", seed=seed + 1, copies=3, copy_rate=0.5)
-    data = home / "sft.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    texts = [model.template] * 20 + ["".join(m["content"] for m in r["messages"]) for r in rows]
-    for name in ("mini_corpus.jsonl", "fictional/corpus.jsonl"):
-        texts += [json.loads(line)["text"] for line in (EXAMPLES / name).open(encoding="utf-8")]
-    base = tiny_policy.build_policy(home / "base", texts, seed)
-    log(f"[warm start] {len(rows)} trajectories ({data}); SFT stage on CPU from {base}")
-    result = sft.rehearse(data, base, home / "sft", seed=seed)
-    (home / "sft" / "final").rename(final)
-    kinds = {k: sum(r["kind"] == k for r in rows) for k in MIXTURE}
-    record = {**result, "hf_checkpoint": str(final), "data": str(data), "trajectories": len(rows), "kinds": kinds}
-    (home / "warm_start.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
-    return final

@@ -1,0 +1,70 @@
+"""What the rehearsals run on: the rehearsal corpus (the bundled mini KILT corpus and the fictional people of
+`examples/fictional/`) and its index, built by `searchrl index build`, and a stage's training questions and
+prompts, prepared by the stage's own data preparation.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from searchrl.paths import EXAMPLES, ROOT, RUNS
+from searchrl.stage.config import stage_package
+from searchrl.tiny_policy.mixture import HELDOUT_STAGE1
+
+REHEARSAL_DIR = RUNS / "rehearse"
+# The rehearsal's questions: stage 1 on the real stage-1 questions (the last HELDOUT_STAGE1 are kept for
+# evaluation), stage 2 on the fictional people, whose birthplaces only the retrieved passages name.
+STAGE1_QUESTIONS = EXAMPLES / "stage_1.jsonl"
+FICTIONAL = EXAMPLES / "fictional"
+
+
+def rehearsal_corpus(work: Path) -> Path:
+    """The mini KILT corpus and the fictional people in one JSONL corpus (rewritten only when it changes)."""
+    text = (EXAMPLES / "mini_corpus.jsonl").read_text(encoding="utf-8") + (FICTIONAL / "corpus.jsonl").read_text(
+        encoding="utf-8"
+    )
+    out = work / "corpus.jsonl"
+    if not out.is_file() or out.read_text(encoding="utf-8") != text:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    return out
+
+
+def rehearsal_index(work: Path = REHEARSAL_DIR) -> Path:
+    """`searchrl index build` over the rehearsal corpus, shared by every rehearsal; the builder resumes,
+    so an up-to-date index costs seconds."""
+    index = work / "index"
+    corpus = rehearsal_corpus(work)
+    cmd = [sys.executable, "-m", "search_backend.build_index", "--corpus", str(corpus), "--format", "jsonl"]
+    done = subprocess.run([*cmd, "--out", str(index)], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"searchrl index build failed: {done.stderr[-2000:]}")
+    return index
+
+
+def stage_questions(stage: str, count: int) -> list[dict[str, Any]]:
+    """`count` training questions for the stage, repeated in order when the split is smaller."""
+    if stage == "stage1_format":
+        rows = [json.loads(line) for line in STAGE1_QUESTIONS.open(encoding="utf-8")][:-HELDOUT_STAGE1]
+        rows = [{"question": r["question"], "answer": r["answer"], "pred_anses": r.get("pred_anses")} for r in rows]
+    else:
+        rows = [json.loads(line) for line in (FICTIONAL / "train.jsonl").open(encoding="utf-8")]
+        rows = [{"question": r["question"], "answer": r["answer"]} for r in rows]
+    return [rows[i % len(rows)] for i in range(count)]
+
+
+def prepare_prompts(stage: str, model_config: str, count: int, out_dir: Path) -> Path:
+    """The stage's prompt dataset, made by the stage's own data preparation."""
+    questions = out_dir / "questions.jsonl"
+    questions.write_text("".join(json.dumps(r) + "\n" for r in stage_questions(stage, count)), encoding="utf-8")
+    data = out_dir / "prompts.jsonl"
+    cmd = [sys.executable, "-m", f"{stage_package(stage)}.prepare_data", "--input", str(questions), "--out", str(data)]
+    cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
+    return data

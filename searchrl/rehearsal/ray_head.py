@@ -1,0 +1,164 @@
+"""A local Ray head for the rehearsals: loopback only, every port chosen free in one block, its own temp dir,
+stopped by the ids of the processes it started."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+RAY_NAMED_PORTS = (
+    "gcs",
+    "dashboard",
+    "client",
+    "node_manager",
+    "object_manager",
+    "agent_listen",
+    "agent_grpc",
+    "metrics",
+    "runtime_env_agent",
+)
+WORKER_PORTS = 200
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out for port 0 and outgoing connections (Linux's ip_local_port_range)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def ray_ports(rng: random.Random | None = None, tries: int = 50) -> dict[str, int]:
+    """Every port a Ray head takes, from one block of consecutive free ports below the kernel's
+    ephemeral range: the named ports first, then the worker-port range right after them. The range
+    cannot overlap a named port by construction (ports picked one by one used to land inside it, and
+    `ray start` refused to start), and no port 0 bind or outgoing connection is given a port in it."""
+    rng = rng or random.Random()
+    size = len(RAY_NAMED_PORTS) + WORKER_PORTS
+    low = 10000
+    high = ephemeral_range()[0]
+    if high - low < 4 * size:
+        low, high = ephemeral_range()[1] + 1, 65535
+    for _ in range(tries):
+        base = rng.randrange(low, high - size)
+        if all(port_free(p) for p in range(base, base + size)):
+            ports = {name: base + i for i, name in enumerate(RAY_NAMED_PORTS)}
+            ports["min_worker"] = base + len(RAY_NAMED_PORTS)
+            ports["max_worker"] = base + size - 1
+            return ports
+    raise RuntimeError(f"no block of {size} free ports on 127.0.0.1 after {tries} tries")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class RayHead:
+    """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
+    ids of the processes it started."""
+
+    def __init__(self, workdir: Path, num_cpus: int = 4, num_gpus: int = 0) -> None:
+        """`num_gpus` logical GPUs: OpenRLHF places its actors and engines by GPU bundles."""
+        self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
+        self.log = workdir / "ray_head.log"
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        ports = ray_ports()
+        self.dashboard_port = ports["dashboard"]
+        cmd = [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={ports['gcs']}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={ports['dashboard']}",
+            f"--ray-client-server-port={ports['client']}",
+            f"--node-manager-port={ports['node_manager']}",
+            f"--object-manager-port={ports['object_manager']}",
+            f"--dashboard-agent-listen-port={ports['agent_listen']}",
+            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+            f"--metrics-export-port={ports['metrics']}",
+            f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+            f"--min-worker-port={ports['min_worker']}",
+            f"--max-worker-port={ports['max_worker']}",
+            f"--num-cpus={num_cpus}",
+            f"--num-gpus={num_gpus}",
+            "--include-dashboard=true",
+            f"--temp-dir={self.temp}",
+        ]
+        self.env = env
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def wait(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self.proc.returncode}; see {self.log}")
+            try:
+                if httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
+
+    def _descendants(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, []):
+                found.append(child)
+                todo.append(child)
+        return found
+
+    def stop(self) -> None:
+        pids = [self.proc.pid, *self._descendants()]
+        # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.wait(10)
+        shutil.rmtree(self.temp, ignore_errors=True)

@@ -1,0 +1,82 @@
+"""The SFT stage on CPU, as its job runs: `ray job submit` -- torchrun (one rank) -- OpenRLHF's own `train_sft`,
+through `searchrl.rehearsal.cpu.launch` (its CPU overrides applied after train_sft's checks). The tiny policy's warm
+start is made this way (searchrl/rehearsal/warm_start.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from searchrl.job.plan import excludes
+from searchrl.job.sft import ENTRY, plan_sft, torchrun
+from searchrl.paths import ROOT
+from searchrl.rehearsal.cpu_layer import Override, runtime_env_with_cpu_layer
+from searchrl.rehearsal.ray_head import RayHead
+
+
+def sft_cpu_overrides(lr: float, epochs: int, batch: int) -> list[Override]:
+    return [
+        Override("ds.attn_implementation", "sdpa", "flash-attention kernels need a GPU: torch SDPA, packed masks"),
+        Override("train.batch_size", batch, "CPU time: a small dataset in a few optimizer steps an epoch"),
+        Override("train.micro_batch_size", min(batch, 8), "one rank holds the whole batch"),
+        Override("train.max_epochs", epochs, "a tiny random-init policy needs more passes than a 7B model"),
+        Override("adam.lr", lr, "a tiny random-init policy moves only with a larger step"),
+    ]
+
+
+def run_sft(
+    dataset: Path,
+    pretrain: Path,
+    out: Path,
+    overrides: Sequence[str] = (),
+    lr: float = 2e-3,
+    epochs: int = 6,
+    batch: int = 8,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The SFT stage as its job runs, on CPU: `ray job submit` -- torchrun (one rank) -- train_sft. Returns
+    where the model was saved and the run's figures; raises RuntimeError when the job fails."""
+    out.mkdir(parents=True, exist_ok=True)
+    cpu = sft_cpu_overrides(lr, epochs, batch)
+    local = {
+        "data.dataset": str(dataset),
+        "model.model_name_or_path": str(pretrain),
+        "ckpt.output_dir": str(out / "final"),
+        "ckpt.path": str(out / "ckpt"),
+        "logger.tensorboard_dir": str(out / "tensorboard"),
+        "train.seed": seed,
+        **{o.flag: o.value for o in cpu},
+    }
+    plan = plan_sft([*overrides, *(f"openrlhf.{k}={json.dumps(v)}" for k, v in local.items())])
+    env = runtime_env_with_cpu_layer({"working_dir": str(ROOT), "excludes": excludes(), "env_vars": {}}, cpu, None)
+    for o in cpu:
+        print(f"[cpu override] {o.flag}={o.value!r}: {o.reason}", flush=True)
+    head = RayHead(out, num_cpus=2, num_gpus=0)
+    log = out / "job.log"
+    t0 = time.monotonic()
+    try:
+        head.wait()
+        ray = str(Path(sys.executable).parent / "ray")
+        entry = torchrun(1, ["searchrl.rehearsal.cpu.launch", ENTRY, *plan["train_args"]])
+        cmd = [ray, "job", "submit", "--address", head.address, "--runtime-env-json", json.dumps(env), "--", *entry]
+        with log.open("w", encoding="utf-8") as f:
+            done = subprocess.run(cmd, cwd=ROOT, env=head.env, stdout=f, stderr=subprocess.STDOUT)
+    finally:
+        head.stop()
+    final = out / "final"
+    if done.returncode != 0 or not (final / "config.json").is_file():
+        tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
+        raise RuntimeError(f"the SFT job failed (exit {done.returncode}); see {log}\n{tail}")
+    return {
+        "entry": ENTRY,
+        "hf_checkpoint": str(final),
+        "overrides": [asdict(o) for o in cpu],
+        "seconds": round(time.monotonic() - t0, 1),
+    }
