@@ -32,7 +32,7 @@ from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tre
 from search_backend.build_index import build  # noqa: E402
 from search_backend.cpu_threads import SPIN_COUNT  # noqa: E402
 from search_backend.faiss_import import faiss  # noqa: E402
-from search_backend.faiss_index import build_index, effective_factory, set_search_params  # noqa: E402
+from search_backend.faiss_index import build_faiss_index, effective_factory, set_search_params  # noqa: E402
 from search_backend.index_layout import EMBED_DIR  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
@@ -82,7 +82,7 @@ def index_types(
         used = effective_factory(factory, n)
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        index = build_index(shards, dim, used, timings=timings)
+        index = build_faiss_index(shards, dim, used, timings=timings)
         build_s = time.perf_counter() - started
         empty = faiss.index_factory(dim, used, faiss.METRIC_INNER_PRODUCT)
         if not empty.is_trained:

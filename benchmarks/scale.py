@@ -248,7 +248,7 @@ def kiltmini(index_dir: Path, queries_file: Path, work: Path) -> dict:
     """Each type over kiltmini's MiniLM shards, scored against Flat on kiltmini's real queries."""
     import faiss
 
-    from search_backend.faiss_index import build_index, effective_factory
+    from search_backend.faiss_index import build_faiss_index, effective_factory
     from search_backend.index_types import compact_factory
     from search_backend.local_faiss import LocalFaissBackend
     from search_backend.rerank_index import RerankIndex
@@ -280,7 +280,7 @@ def kiltmini(index_dir: Path, queries_file: Path, work: Path) -> dict:
             # Every query batch scans all shards: at full speed they all sit in the page cache.
             index, index_bytes = ShardedExactIndex(shards, ["cpu"]), 2 * dim * n
         else:
-            base = build_index(paths, dim, factory)
+            base = build_faiss_index(paths, dim, factory)
             if "IVF" in factory:
                 faiss.ParameterSpace().set_index_parameter(base, "nprobe", NPROBE)
             empty = faiss.clone_index(base)

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.judging import JudgeKeys, fill_verdicts
 from eval.score import score_file
 from eval.summary import EXIT_UNJUDGED, refresh_summary
+from eval.verdicts import JudgeKeys, fill_verdicts
 from searchrl.http_transport import HttpRefusedError, RequestEncodingError, RetryableError, RetryPolicy
 from searchrl.jsonl import RecordError
 from searchrl.openai_client import ChatAnswer, OpenAIClient, endpoint_url, key_from_env

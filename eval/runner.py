@@ -26,12 +26,12 @@ from tqdm import tqdm
 
 from eval.generation import GenParams, HFTextEngine, OpenAICompletionsEngine, TextEngine, VLLMEngine, run_episodes
 from eval.judge import DEFAULT_CACHE, LLMJudge
-from eval.judging import fill_verdicts
 from eval.models import resolve_model, template_config, template_id
 from eval.replay import ReplayTextEngine
 from eval.report import write_reports
 from eval.resume import check_resume
 from eval.summary import EXIT_SEARCH_ERRORS, EXIT_UNJUDGED, score_summary
+from eval.verdicts import fill_verdicts
 from search_backend.base import SearchBackend
 from searchrl.config import ConfigError, load, validate
 from searchrl.hub import load_causal_lm

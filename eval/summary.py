@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.judging import JudgeKeys, needs_verdict
 from eval.report import write_reports
 from eval.score import score_file
+from eval.verdicts import JudgeKeys, needs_verdict
 from searchrl.jsonl import read_jsonl
 
 EXIT_SEARCH_ERRORS = 3

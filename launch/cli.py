@@ -26,7 +26,7 @@ COMMANDS: dict[str, Command] = {
     "search serve": Command("search_backend.serve", "main", "serve an index over HTTP (the retrieval server)"),
     "search query": Command("search_backend.search", "main", "search an index from the shell, one-shot"),
     "reward serve": Command("reward_server.__main__", "main", "serve a stage's reward over HTTP (the reward server)"),
-    "reward score": Command("reward_server.score", "main", "score logged rollouts offline with a reward spec"),
+    "reward score": Command("reward_server.offline", "main", "score logged rollouts offline with a reward spec"),
     "data prepare stage1": Command("stage1_format.prepare_data", "main", "stage 1 prompts, bucketed and mixed"),
     "data prepare stage2": Command("stage2_answer.prepare_data", "main", "stage 2 prompts"),
     "data prepare router_r1": Command(

@@ -302,7 +302,7 @@ def build_vector_index(
     """Train and fill the FAISS index of `faiss` and `compact` types (reused when its record matches)."""
     # FAISS loads on first use, not with this module: the spawned encoding workers import this module to run
     # `_worker` and never need it, nor does `--help`.
-    from search_backend.faiss_index import build_index, write_index_atomic
+    from search_backend.faiss_index import build_faiss_index, write_index_atomic
 
     info = {
         "corpus_sha256": checksum,
@@ -328,7 +328,7 @@ def build_vector_index(
         return previous, 0.0
     remove_durably(out / INDEX_INFO)
     started = time.perf_counter()
-    index = build_index(shards, dimension, factory, device=device, train_size=train_size)
+    index = build_faiss_index(shards, dimension, factory, device=device, train_size=train_size)
     write_index_atomic(index, path)
     seconds = time.perf_counter() - started
     info["bytes"] = path.stat().st_size

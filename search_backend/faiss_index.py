@@ -52,7 +52,7 @@ def training_sample(shards: Sequence[Path], train_size: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts))
 
 
-def build_index(
+def build_faiss_index(
     shards: Sequence[Path],
     dimension: int,
     factory: str,

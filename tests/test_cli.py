@@ -45,7 +45,7 @@ def test_eval_score_table_and_errors(tmp_path):
 )
 def test_offline_scorer_reproduces_r1searcher_reward(name, n, violations, mean, tmp_path):
     out = run(
-        "reward_server.score",
+        "reward_server.offline",
         f"{GEN}/{name}.jsonl",
         "--preset",
         "r1searcher-qwen-stage2",
@@ -65,7 +65,7 @@ def test_offline_scorer_reproduces_r1searcher_reward(name, n, violations, mean, 
 
 def test_offline_scorer_config_error():
     out = run(
-        "reward_server.score",
+        "reward_server.offline",
         f"{GEN}/bamboogle_llama.jsonl",
         "--config",
         "configs/stages/stage2_answer.yaml",
@@ -74,7 +74,7 @@ def test_offline_scorer_config_error():
     assert out.returncode == 2 and "reward.answer_metric" in out.stderr
 
 
-@pytest.mark.parametrize("module", ["eval.score", "reward_server", "reward_server.score"])
+@pytest.mark.parametrize("module", ["eval.score", "reward_server", "reward_server.offline"])
 def test_help(module):
     out = run(module, "--help")
     assert out.returncode == 0 and "usage:" in out.stdout

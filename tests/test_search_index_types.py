@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from search_backend import torch_exact
-from search_backend.faiss_index import build_index
+from search_backend.faiss_index import build_faiss_index
 from search_backend.index_types import compact_factory, default_factory, top_k
 from search_backend.rerank_index import RerankIndex
 from search_backend.shards import EmbeddingShards, split_ranges, write_shard
@@ -87,7 +87,7 @@ def test_shard_rows_gather_across_shards(shards):
 def test_compact_type_rescored_top10_matches_exact(shards):
     paths, vectors = shards
     queries = clustered(200, seed=1)
-    index = build_index(paths, DIM, "IVF16,PQ8")
+    index = build_faiss_index(paths, DIM, "IVF16,PQ8")
     index.nprobe = 16
     compact = RerankIndex(index, EmbeddingShards(paths), depth=50)
     scores, rows = compact.search(queries, 10)

@@ -5,7 +5,7 @@ import pytest
 
 from search_backend.corpus import Record
 from search_backend.faiss_import import faiss
-from search_backend.faiss_index import build_index, effective_factory
+from search_backend.faiss_index import build_faiss_index, effective_factory
 from search_backend.store import PassageStore, StoreError, write_store
 
 
@@ -56,7 +56,7 @@ def test_ivf_training_is_deterministic(tmp_path):
         shards.append(tmp_path / f"shard_{i:05d}.npy")
         np.save(shards[-1], vectors)
     factory = effective_factory("IVF4096,SQ8", 2100)
-    first = faiss.serialize_index(build_index(shards, 32, factory, train_size=1000))
-    second = faiss.serialize_index(build_index(shards, 32, factory, train_size=1000))
+    first = faiss.serialize_index(build_faiss_index(shards, 32, factory, train_size=1000))
+    second = faiss.serialize_index(build_faiss_index(shards, 32, factory, train_size=1000))
     assert factory == "IVF53,SQ8"
     assert np.array_equal(first, second)

@@ -1,4 +1,4 @@
-"""`python -m reward_server.score FILE.jsonl --preset NAME`: score logged rollouts offline.
+"""`python -m reward_server.offline FILE.jsonl --preset NAME`: score logged rollouts offline.
 
 The same scoring the server runs, over a file: handy to compare a reward spec with R1-Searcher's
 on released trajectories before spending GPU time.
@@ -60,7 +60,7 @@ def score_records(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reward_server.score", description="Score logged rollouts offline.")
+    p = argparse.ArgumentParser(prog="python -m reward_server.offline", description="Score logged rollouts offline.")
     p.add_argument("file", help="JSONL with a solution text and gold answer per line")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", help="a stage config whose `reward:` section is the spec")
