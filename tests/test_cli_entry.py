@@ -51,6 +51,28 @@ def test_every_subcommand_has_help():
         assert code in (0, None), f"searchrl {key} --help exited {code}"
         # The target's own help: its options, not an empty page.
         assert "--" in text and len(text.splitlines()) >= 3, f"searchrl {key} --help printed no help:\n{text}"
+    # Each `searchrl stage` command has its own parser: it names itself and offers only its own options.
+    own = {
+        "stage submit": ("--address", "--when-ready"),
+        "stage preflight": (),
+        "stage dry-run": ("--address", "--when-ready"),
+        "stage rehearse": ("--episodes", "--train", "--steps"),
+    }
+    others = {
+        "--episodes",
+        "--train",
+        "--steps",
+        "--when-ready",
+        "--address",
+        "--rehearse",
+        "--dry-run",
+        "--preflight",
+    }
+    for key, options in own.items():
+        text = got[key][1]
+        assert text.startswith(f"usage: searchrl {key} "), text[:200]
+        shown = {o for o in others if f"{o} " in text or f"{o}\n" in text or f"[{o}]" in text}
+        assert shown == set(options), (key, sorted(shown))
 
 
 def test_top_level_help_lists_groups():
@@ -71,8 +93,22 @@ def test_unknown_subcommand_exits_2_naming_the_choices():
     assert proc.returncode == 2 and "required" in proc.stderr
 
 
+def test_ray_submit_picks_the_command_by_flag():
+    """`launch/ray_submit.sh STAGE --rehearse|--preflight|--dry-run ...` is a thin alias of the `searchrl stage`
+    commands, wherever the flag stands."""
+    for flag, command in (
+        ("--rehearse", "rehearse"),
+        ("--preflight", "preflight"),
+        ("--dry-run", "dry-run"),
+        ("", "submit"),
+    ):
+        args = ["bash", "launch/ray_submit.sh", "stage1", *([flag] if flag else []), "--help"]
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0 and proc.stdout.startswith(f"usage: searchrl stage {command} "), proc.stdout[:200]
+
+
 def test_arguments_reach_the_target_untouched():
-    # searchrl.job.submit's own parser rejects a stage it does not know; the CLI adds only the mode flag.
+    # searchrl.job.submit's own parser rejects a stage it does not know.
     proc = cli("stage", "dry-run", "stage3")
     assert proc.returncode == 2 and "invalid choice: 'stage3'" in proc.stderr
     proc = cli("eval", "report", str(ROOT / "nonexistent"))

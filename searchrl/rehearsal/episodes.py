@@ -1,11 +1,11 @@
-"""`launch/ray_submit.sh stage1|stage2 --rehearse [--episodes N] [key=value ...]`: the job as Ray runs it, on CPU.
+"""`searchrl stage rehearse STAGE [--episodes N] [key=value ...]`: the rollout half of a job as Ray runs it, on CPU.
 
 Starts a local Ray head on 127.0.0.1 (free ports, its own temp dir), the retrieval and reward
 servers on the bundled mini index (free ports) unless healthy ones for this stage are configured,
 prepares the prompt data with the stage's own data preparation, runs the preflight, and submits
-through the real `ray job submit` with exactly the runtime_env a real submit uses (searchrl.job.submit's).
-Inside the job, searchrl/rehearsal/job.py runs the episodes through OpenRLHF's own rollout and
-experience code. Stops what it started; prints a per-episode table and, last, one JSON line.
+through the real `ray job submit` with the runtime_env a real submit uses (searchrl/job/plan.py), plus the
+rehearsal code its job runs. Inside the job, searchrl/rehearsal/job.py runs the episodes through OpenRLHF's own
+rollout and experience code. Stops what it started; prints a per-episode table and, last, one JSON line.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """`searchrl stage rehearse STAGE --train [--steps N]`: the whole training job, both halves, on CPU.
 
 The job is what a real submit runs: `ray job submit` with the real submit's runtime_env (upload,
-excludes, env_vars) and OpenRLHF's own `openrlhf.cli.train_ppo_ray` with the stage's flags: its parser,
-its checks, its trainer, the DeepSpeed actor (ZeRO-3, packing, gradient checkpointing, sleep), the weight
-broadcast to the engines, checkpoints, resume. The agent is the stage's agent file against live
+excludes, env_vars; searchrl/job/plan.py) and OpenRLHF's own `openrlhf.cli.train_ppo_ray` with the stage's
+flags: its parser, its checks, its trainer, the DeepSpeed actor (ZeRO-3, packing, gradient checkpointing,
+sleep), the weight broadcast to the engines, checkpoints, resume. The agent is the stage's agent file against live
 servers (the bundled mini corpus and the fictional people of `examples/fictional/`, indexed by
 `searchrl index build`). The policy is the tiny policy (`searchrl/tiny_policy/model.py`) after its warm start.
 
 What a CPU cannot do is overridden, each override printed with its reason and applied after
-OpenRLHF's checks (`searchrl/rehearsal/cpu/launch.py`); the CPU layer (`searchrl/rehearsal/cpu/`: a vLLM stand-in, a
-gloo weight-sync communicator, a flash-attn stub, five CUDA shims) reaches the job only through this
-rehearsal's runtime_env additions (`py_modules`, `worker_process_setup_hook`), never a real submit's.
+OpenRLHF's checks (`searchrl/rehearsal/cpu/launch.py`); the CPU layer (`searchrl/rehearsal/cpu/`: a vLLM
+stand-in, a gloo weight-sync communicator, a flash-attn stub, five CUDA shims) reaches the job only through this
+rehearsal's runtime_env additions (searchrl/rehearsal/cpu_layer.py), never a real submit's.
 
 The last line printed is one JSON object: the steps, the checkpoints, the checks (weights synced equal
 the saved model, a resumed run advances, extra_logs keys agree under a sampling policy) and the rewards.
