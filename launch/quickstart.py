@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from searchrl.config import ConfigError, parse_overrides  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
-from searchrl.paths import ROOT  # noqa: E402
+from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
 from searchrl.protocol import parse_solution  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
@@ -43,8 +43,7 @@ from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams  # n
 from searchrl.stage.config import load_stage  # noqa: E402
 from searchrl.stage.templates import render_prompt  # noqa: E402
 
-EXAMPLES = ROOT / "examples"
-STAGE1 = ROOT / "configs/stages/stage1_format.yaml"
+STAGE1 = CONFIGS / "stages/stage1_format.yaml"
 MINI_CORPUS = EXAMPLES / "mini_corpus.jsonl"
 
 
@@ -284,7 +283,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
 def real_job(args: argparse.Namespace) -> int:
     out: Path = args.out
     index = build_mini_index(out, device="cuda")
-    data = ROOT / "runs/data/stage1_format.jsonl"
+    data = RUNS / "data/stage1_format.jsonl"
     steps = [
         ["bash", str(ROOT / "launch/start_servers.sh"), "--index", str(index), "--stage", "stage1"],
         [
@@ -309,7 +308,7 @@ def real_job(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="launch/quickstart.sh", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=ROOT / "runs/quickstart", help="folder for the index, logs, episodes")
+    p.add_argument("--out", type=Path, default=RUNS / "quickstart", help="folder for the index, logs, episodes")
     p.add_argument("--episodes", type=int, default=12, help="replayed trajectories (at most 24 bundled)")
     p.add_argument("--tiny-episodes", type=int, default=2, help="episodes of the tiny random transformer")
     p.add_argument(

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from searchrl.jsonl import RecordError
 from searchrl.metrics import as_golds
-from searchrl.paths import ROOT
+from searchrl.paths import EXAMPLES
 from searchrl.qa_data.eval_sets import EVAL_SETS
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.routing.llm_router import RouterConfig
@@ -28,7 +28,7 @@ from stage_router_r1.original import is_verl_parquet, read_verl_parquet
 
 # Question sets that ship with the project, by name: R1-Searcher's stage-1 training questions (HotpotQA
 # and 2Wiki) and the four evaluation sets (for test splits: training on them leaks into evaluation).
-SOURCES = {"stage1": ROOT / "examples/stage_1.jsonl", **{name: None for name in EVAL_SETS}}
+SOURCES = {"stage1": EXAMPLES / "stage_1.jsonl", **{name: None for name in EVAL_SETS}}
 
 
 class Candidate(BaseModel):

@@ -111,6 +111,9 @@ def test_arguments_reach_the_target_untouched():
     # searchrl.job.submit's own parser rejects a stage it does not know.
     proc = cli("stage", "dry-run", "stage3")
     assert proc.returncode == 2 and "invalid choice: 'stage3'" in proc.stderr
+    # The SFT stage has no preflight: the old shared parser took `preflight sft` and submitted the job.
+    proc = cli("stage", "preflight", "sft")
+    assert proc.returncode == 2 and "invalid choice: 'sft'" in proc.stderr
     proc = cli("eval", "report", str(ROOT / "nonexistent"))
     assert proc.returncode == 2 and "no *.summary.json" in proc.stderr
 

@@ -70,7 +70,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 def run(command: str, argv: list[str] | None) -> int:
     args = build_parser(command).parse_intermixed_args(argv)
     dry_run = command == "dry-run"
-    address = getattr(args, "address", None) or os.environ.get("RAY_ADDRESS")
+    address = getattr(args, "address", None)  # preflight contacts no Ray
     if args.stage == "sft":
         return sft.submit(args.overrides, address, dry_run)
     try:

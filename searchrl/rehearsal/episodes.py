@@ -21,7 +21,7 @@ from typing import Any
 from searchrl.config import ConfigError, load
 from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
-from searchrl.paths import ROOT
+from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
 from searchrl.process import free_port, start_module, stop
 from searchrl.rehearsal.cpu_layer import with_rehearsal_code
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
@@ -33,7 +33,6 @@ from searchrl.routing.routed_recordings import by_price, route_trajectory
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, ModelConfig, stage_package
 from searchrl.tiny_policy.model import save_chat_tokenizer
 
-EXAMPLES = ROOT / "examples"
 RECORDINGS = EXAMPLES / "bamboogle_llama_sample.jsonl"
 # The flags a CPU cannot honour (GPU placement, batch sizes of thousands of episodes) get small
 # values; the ones that shape an episode (data.max_len, rollout.max_new_tokens, temperature, top_p,
@@ -58,7 +57,7 @@ def _override_value(overrides: list[str], key: str) -> str | None:
 def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -> bool:
     """Whether the configured servers answer and the reward server scores this stage's reward."""
     stage = plan_stage(stage_name, model, overrides)["stage"]
-    checks = preflight.check_servers(stage, ROOT / "runs/servers", timeout_s=2.0)
+    checks = preflight.check_servers(stage, RUNS / "servers", timeout_s=2.0)
     return all(c.ok for c in checks) and any(c.name == "reward spec equal" for c in checks)
 
 
@@ -78,7 +77,7 @@ def _prepare(
     data = stage_dir / "prompts.jsonl"
     module = f"{package or stage_package(stage)}.prepare_data"
     cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
-    cmd += ["--model", model_config, "--config", str(ROOT / "configs/stages" / f"{stage}.yaml")]
+    cmd += ["--model", model_config, "--config", str(CONFIGS / "stages" / f"{stage}.yaml")]
     cmd += ["--keep-leaked", "--keep-duplicates"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:

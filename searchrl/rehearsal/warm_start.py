@@ -15,7 +15,7 @@ from pathlib import Path
 from search_backend.base import r1_text
 from search_backend.local_faiss import LocalFaissBackend
 from searchrl.config import load
-from searchrl.paths import EXAMPLES, ROOT, RUNS
+from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
 from searchrl.rehearsal.sft import run_sft
 from searchrl.stage.config import ModelConfig
 from searchrl.tiny_policy.mixture import MIXTURE, build, fictional_questions, real_questions
@@ -29,7 +29,7 @@ INPUTS = (
     ROOT / "searchrl/tiny_policy/mixture.py",
     ROOT / "searchrl/rehearsal/sft.py",
     ROOT / "searchrl/job/sft.py",
-    ROOT / "configs/stages/sft.yaml",
+    CONFIGS / "stages/sft.yaml",
     EXAMPLES / "stage_1.jsonl",
     EXAMPLES / "mini_corpus.jsonl",
     EXAMPLES / "fictional/corpus.jsonl",
@@ -57,7 +57,7 @@ def ensure(
     if home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True)
-    model = load(ModelConfig, template or ROOT / "configs/models/qwen2.5-7b-base.yaml")
+    model = load(ModelConfig, template or CONFIGS / "models/qwen2.5-7b-base.yaml")
     if model.template is None:
         raise ValueError(f"{model.name}: the tiny policy's warm start needs a base model's plain-text template")
     backend = LocalFaissBackend(index)

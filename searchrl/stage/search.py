@@ -1,4 +1,4 @@
-"""A stage's `search:` section: the search backends by name (`search_backend/config.py`) plus the LLM router
+"""A stage's `search:` section: the search backends' schema (`search_backend/settings.py`) plus the LLM router
 (`searchrl/routing/`), which answers through the search interface; the episode opens it
 (`searchrl/rollout/backends.py`)."""
 
