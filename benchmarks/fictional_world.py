@@ -15,37 +15,7 @@ import json
 import random
 from pathlib import Path
 
-ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kl", "st", "th"]
-VOWELS = ["a", "e", "i", "o", "u", "ai", "ea", "ou"]
-CODAS = ["", "n", "r", "s", "l", "th", "x", "nd", "rk"]
-CITIES = [
-    "Quarn", "Velm", "Ostrid", "Paxel", "Dunmere", "Harrow", "Lisk", "Brennet", "Cald", "Fenwick", "Morrow",
-    "Tessaly", "Ulm", "Varn", "Yorrel", "Zell", "Ambry", "Corvel", "Essing", "Galt",
-]  # fmt: skip
-TRADES = ["potter", "weaver", "glassmaker", "carpenter", "baker", "cartographer", "tailor", "smith", "brewer", "mason"]
-INSTRUMENTS = ["lute", "fiddle", "drum", "harp", "flute", "horn", "zither", "bagpipe"]
-HABITS = [
-    "walks along the river every morning",
-    "keeps a large collection of old maps",
-    "grows tomatoes on the roof",
-    "writes letters to distant friends",
-    "feeds the pigeons in the square",
-    "repairs clocks for the neighbours",
-]
-
-
-def syllable(rng: random.Random) -> str:
-    return rng.choice(ONSETS) + rng.choice(VOWELS) + rng.choice(CODAS)
-
-
-def names(rng: random.Random, count: int) -> list[str]:
-    """`count` made-up names of two syllables, none a city's."""
-    found: list[str] = []
-    while len(found) < count:
-        word = (syllable(rng) + syllable(rng)).capitalize()
-        if word not in found and word not in CITIES:
-            found.append(word)
-    return found
+from searchrl.qa_data.fictional import names, person
 
 
 def world(people: int, seed: int) -> tuple[list[dict], list[dict]]:
@@ -55,16 +25,9 @@ def world(people: int, seed: int) -> tuple[list[dict], list[dict]]:
     people_names = names(rng, people)
     passages, questions = [], []
     for i in range(people):
-        who = people_names[i]
-        city, trade, instrument, habit = (rng.choice(CITIES), rng.choice(TRADES), rng.choice(INSTRUMENTS),
-                                          rng.choice(HABITS))  # fmt: skip
-        texts = [
-            f"{who} was born in {city}, where {who} spent a quiet childhood.",
-            f"{who} works as a {trade} and plays the {instrument} in the evenings.",
-            f"{who} {habit} and is liked by everyone who knows {who}.",
-        ]
-        passages += [{"id": f"fict-{i}-{j}", "title": who, "text": t} for j, t in enumerate(texts)]
-        questions.append({"question": f"In which city was {who} born?", "answer": city, "person": who})
+        who = person(rng, people_names[i])
+        passages += [{"id": f"fict-{i}-{j}", "title": who.name, "text": t} for j, t in enumerate(who.passages)]
+        questions.append({"question": who.question, "answer": who.city, "person": who.name})
     return passages, questions
 
 
