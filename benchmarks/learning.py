@@ -39,14 +39,16 @@ from eval.generation import GenParams, HFTextEngine, run_episodes  # noqa: E402
 from search_backend.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.config import load  # noqa: E402
 from searchrl.paths import EXAMPLES, ROOT  # noqa: E402
-from searchrl.process import free_port, start_module, stop  # noqa: E402
+from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
 from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
 from searchrl.rehearsal.inputs import rehearsal_index  # noqa: E402
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start  # noqa: E402
 from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
 from searchrl.rollout.reward_client import RewardClient  # noqa: E402
 from searchrl.stage.config import EpisodeConfig, ModelConfig, load_stage  # noqa: E402
+from searchrl.tiny_policy.build import fictional_people  # noqa: E402
 from searchrl.tiny_policy.mixture import HELDOUT_STAGE1  # noqa: E402
+from searchrl.tiny_policy.probe import probe  # noqa: E402
 
 STAGE_FILES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
 # The per-step figures kept from OpenRLHF's own logs, under the names this report uses.
@@ -61,7 +63,12 @@ STEP_KEYS = {
     "timing/broadcast": "weight_sync_s",
     "timing/make_experience": "make_experience_s",
 }
-OPTIONS = {"process": ["reward.process_weight=0.2"], "efficiency": ["reward.efficiency_weight=0.2"]}
+# Stage-2 variants run beside the default from the same stage-1 checkpoint.
+OPTIONS = {
+    "process": ["reward.process_weight=0.2"],
+    "efficiency": ["reward.efficiency_weight=0.2"],
+    "grpo": ["algorithm=grpo"],
+}
 
 
 def heldout(stage: str) -> list[dict[str, Any]]:
@@ -143,12 +150,27 @@ async def _evaluate(
     }
 
 
+def copying(checkpoint: Path, samples: int, seed: int) -> dict[str, Any]:
+    """The copy probe on the held-out people (searchrl/tiny_policy/probe.py): does the query name the person,
+    does the answer follow the documents, and does it follow another person's documents swapped in."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    template = load(ModelConfig, ROOT / "configs/models/qwen2.5-7b-base.yaml").template or ""
+    return probe(model, tokenizer, template, fictional_people("heldout"), samples=samples, seed=seed)
+
+
 def evaluate(checkpoint: Path, stage: str, servers: Servers, samples: int, seed: int, overrides: list[str]) -> dict:
     t0 = time.monotonic()
     out = asyncio.run(_evaluate(checkpoint, stage, servers, samples, seed, overrides))
+    out["copy"] = copying(checkpoint, samples, seed)
     out["seconds"] = round(time.monotonic() - t0, 1)
+    c = out["copy"]
     print(f"[eval] {stage} {checkpoint}: score {out['score']:.3f} reward {out['reward']:.3f} "
-          f"em {out['em']:.3f} searches {out['searches_per_episode']:.2f}", flush=True)  # fmt: skip
+          f"em {out['em']:.3f} searches {out['searches_per_episode']:.2f} | query names the person "
+          f"{c['names_rate']:.2f}, answer = documents' city {c['doc_city']:.2f}, with another's documents "
+          f"{c['swapped_shown_city']:.2f}", flush=True)  # fmt: skip
     return out
 
 
@@ -212,13 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(out)},
         "seeds": [],
     }
+    exit_on_sigterm()
     servers = Servers(out)
     t0 = time.monotonic()
     try:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             home = out / f"seed{seed}"
             entry: dict[str, Any] = {"seed": seed}
-            warm = ensure_warm_start(rehearsal_index(), seed=seed, log=lambda m: print(m, flush=True))
+            warm = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True))
             s1 = run_stage("stage1", args.steps1, home / "runs", args.lr, seed, warm, [])
             stage1_final = Path(s1["hf_checkpoint"])
             entry["stage1"] = {"train": s1, "eval": {}}
@@ -292,8 +315,16 @@ def merge(dirs: list[Path], out: Path) -> int:
     return 0
 
 
+COPY_KEYS = ("names_rate", "doc_city", "swapped_shown_city", "swapped_gold", "top_city_share")
+
+
+def steps_to(log: list[dict[str, float]], key: str, level: float) -> int | None:
+    """The first rollout step whose training batch reached `level` (None: never)."""
+    return next((int(r["step"]) for r in log if r.get(key, 0.0) >= level), None)
+
+
 def summary(report: dict[str, Any]) -> dict[str, Any]:
-    """Means over seeds of each evaluation, and the targets of the issue, met or not."""
+    """Means over seeds of each evaluation (the copy probe's rates included), and the issue's targets, met or not."""
     out: dict[str, Any] = {}
     for stage, start in (("stage1", "warm_start"), ("stage2", "start")):
         evals = [s[stage]["eval"] for s in report["seeds"] if stage in s]
@@ -302,6 +333,11 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
         names = sorted({k for e in evals for k in e})
         means = {n: {m: statistics.fmean(e[n][m] for e in evals if n in e) for m in ("score", "reward", "em",
                  "searches_per_episode", "response_length")} for n in names}  # fmt: skip
+        for n in names:
+            for k in COPY_KEYS:
+                vals = [e[n]["copy"][k] for e in evals if n in e and e[n].get("copy", {}).get(k) is not None]
+                means[n][k] = statistics.fmean(vals) if vals else None
+        copy = lambda e, n, k: (e.get(n, {}).get("copy") or {}).get(k)  # noqa: E731
         worst_gain = min(e["final"]["score"] - e[start]["score"] for e in evals)
         entry: dict[str, Any] = {"mean": means, "worst_seed_gain": worst_gain}
         if stage == "stage1":
@@ -311,12 +347,30 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
                 "control_moves_less_than_0.1": all(
                     abs(e["control"]["score"] - e[start]["score"]) < 0.1 for e in evals if "control" in e
                 ),
+                "warm_start_names_at_least_0.5": all((copy(e, start, "names_rate") or 0) >= 0.5 for e in evals),
+                "warm_start_doc_city_0.1_to_0.4": all(0.1 <= (copy(e, start, "doc_city") or 0) <= 0.4 for e in evals),
+                "stage2_start_names_at_least_0.8": all((copy(e, "final", "names_rate") or 0) >= 0.8 for e in evals),
             }
         else:
+            em_gain = min(e["final"]["em"] - e[start]["em"] for e in evals)
+            entry["worst_seed_em_gain"] = em_gain
             entry["targets"] = {
-                "em_gain_at_least_0.2": min(e["final"]["em"] - e[start]["em"] for e in evals) >= 0.2,
-                "searches_not_collapsed": min(e["final"]["searches_per_episode"] for e in evals) >= 0.5,
+                "em_at_least_0.6": min(e["final"]["em"] for e in evals) >= 0.6,
+                "em_gain_at_least_0.3": em_gain >= 0.3,
+                "control_moves_less_than_0.05": all(
+                    abs(e["control"]["em"] - e[start]["em"]) < 0.05 for e in evals if "control" in e
+                ),
+                "searches_at_least_0.9": min(e["final"]["searches_per_episode"] for e in evals) >= 0.9,
+                "top_city_at_most_0.25": all((copy(e, "final", "top_city_share") or 1) <= 0.25 for e in evals),
+                "reads_swapped_documents_at_least_0.5": all(
+                    (copy(e, "final", "swapped_shown_city") or 0) >= 0.5 for e in evals
+                ),
             }
+            runs = sorted({k for s in report["seeds"] for k in s.get("stage2", {}) if k not in ("eval", "control")})
+            entry["steps_to_em_0.5"] = {
+                run: {s["seed"]: steps_to(s["stage2"][run]["steps_log"], "em", 0.5) for s in report["seeds"]
+                      if run in s.get("stage2", {})} for run in runs
+            }  # fmt: skip
         out[stage] = entry
     return out
 
@@ -338,10 +392,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
         for s in report["seeds"]:
             if stage not in s:
                 continue
-            for run, style in (("train", "-"), ("control", "--")):
+            for run, style in (("train", "-"), ("control", "--"), ("grpo", ":")):
                 if run in s[stage]:
                     log = s[stage][run]["steps_log"]
-                    label = f"seed {s['seed']}" + (" lr=0" if run == "control" else "")
+                    label = f"seed {s['seed']}" + {"train": "", "control": " lr=0", "grpo": " GRPO"}[run]
                     ax.plot([r["step"] for r in log], [r.get(key, 0) for r in log], style, label=label)
         ax.set_title(title)
         ax.set_xlabel("rollout step")

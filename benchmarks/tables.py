@@ -829,6 +829,9 @@ def router_cost() -> str:
 LEARNING_KEYS = ("score", "em", "reward", "searches_per_episode", "response_length")
 
 
+COPY_KEYS = ("names_rate", "doc_city", "swapped_shown_city", "swapped_gold", "top_city_share")
+
+
 def learning() -> str:
     """The learning run: every checkpoint's independent evaluation, per seed and as a mean, with the targets."""
     d = load("learning")
@@ -843,13 +846,15 @@ def learning() -> str:
     rows = []
     for stage, metric, names in (
         ("stage1", "score", ("warm_start", "final", "control")),
-        ("stage2", "em", ("start", "final", "control", "process", "efficiency")),
+        ("stage2", "em", ("start", "final", "control", "grpo", "process", "efficiency")),
     ):
         for name in names:
             per_seed = [s[stage]["eval"][name] for s in d["seeds"] if stage in s and name in s[stage]["eval"]]
             if not per_seed:
                 continue
             means = {k: sum(e[k] for e in per_seed) / len(per_seed) for k in LEARNING_KEYS}
+            probes = [e["copy"] for e in per_seed if "copy" in e]
+            copy = {k: sum(c[k] or 0 for c in probes) / len(probes) if probes else None for k in COPY_KEYS}
             rows.append(
                 (
                     f"{stage} {name.replace('_', ' ')}",
@@ -859,13 +864,20 @@ def learning() -> str:
                     f"{means['reward']:.3f}",
                     f"{means['searches_per_episode']:.2f}",
                     f"{means['response_length']:.0f}",
+                    *(("-" if copy[k] is None else f"{copy[k]:.2f}") for k in COPY_KEYS),
                 )
             )
     body = table(
         ["checkpoint", "per seed (stage 1: format+search; stage 2: EM)", "score", "EM", "reward", "searches",
-         "tokens"],
+         "tokens", "query names the person", "answer = documents' city", "another's documents: their city",
+         "another's documents: the asked city", "top city share"],
         rows,
     )  # fmt: skip
+    steps = d["summary"].get("stage2", {}).get("steps_to_em_0.5")
+    if steps:
+        body += "\n\nRollout steps to a training-batch EM of 0.5 (per seed; `-`: not within the run): " + "; ".join(
+            f"{run}: " + " / ".join("-" if v is None else str(v) for v in per.values()) for run, per in steps.items()
+        )
     targets = "; ".join(
         f"{stage}: " + ", ".join(f"{k.replace('_', ' ')} {'met' if v else 'NOT met'}" for k, v in t["targets"].items())
         for stage, t in d["summary"].items()

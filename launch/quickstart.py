@@ -44,6 +44,9 @@ from searchrl.stage.config import load_stage  # noqa: E402
 from searchrl.stage.templates import render_prompt  # noqa: E402
 
 STAGE1 = CONFIGS / "stages/stage1_format.yaml"
+# Stage 2's length in the quickstart: EM on the training batches passes 0.5 after about 10 steps
+# (docs/TRAINING.md, "What the tiny policy learns").
+QUICKSTART_STAGE2_STEPS = 10
 MINI_CORPUS = EXAMPLES / "mini_corpus.jsonl"
 
 
@@ -71,16 +74,19 @@ def shared_rehearsal_index() -> Path:
     return rehearsal_index()
 
 
-def plot_learning(curves: dict[int, dict[str, float]], path: Path) -> None:
+def plot_learning(curves: dict[str, dict[int, dict[str, float]]], path: Path) -> None:
+    """One PNG of both lessons: stage 1's format-and-search rate, then stage 2's EM, per rollout step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = sorted(curves)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(steps, [curves[s].get("score", 0) for s in steps], "o-", label="format-and-search rate")
-    ax.plot(steps, [curves[s].get("reward", 0) for s in steps], "s--", label="mean stage-1 reward")
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    offset = 0
+    for stage, key, label in (("stage1", "score", "stage 1: format-and-search rate"), ("stage2", "em", "stage 2: EM")):
+        steps = sorted(curves.get(stage, {}))
+        ax.plot([offset + s for s in steps], [curves[stage][s].get(key, 0) for s in steps], "o-", label=label)
+        offset += len(steps)
     ax.set_xlabel("rollout step (OpenRLHF train_ppo_ray, tiny policy, CPU)")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)
@@ -89,18 +95,26 @@ def plot_learning(curves: dict[int, dict[str, float]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def train_stage1(out: Path, steps: int, options: list[str]) -> dict[str, Any]:
-    """The tiny policy learning stage 1 for a few steps through OpenRLHF's own train_ppo_ray on CPU."""
+def train_stages(out: Path, steps1: int, steps2: int, options: list[str]) -> dict[str, Any]:
+    """The tiny policy learning stage 1, then stage 2 from stage 1's checkpoint, through OpenRLHF's own
+    train_ppo_ray on CPU (`ray job submit`, one run per stage)."""
     from searchrl.rehearsal.training import step_table, train
 
-    print(f"\n[quickstart] training: stage 1 for {steps} steps, OpenRLHF's train_ppo_ray on CPU through "
-          "`ray job submit` (warm start built once, then cached)", flush=True)  # fmt: skip
-    result = train("stage1", None, options, steps, resume=False, out=out / "train")
-    curves = {int(k): v for k, v in result.pop("curves").items()}
-    print(step_table(curves))
+    results: dict[str, Any] = {}
+    curves: dict[str, dict[int, dict[str, float]]] = {}
+    for stage, steps, lesson in (("stage1", steps1, "follow the protocol and search"),
+                                 ("stage2", steps2, "answer with what the documents say")):  # fmt: skip
+        if steps <= 0:
+            continue
+        print(f"\n[quickstart] training: {stage} for {steps} steps ({lesson}), OpenRLHF's train_ppo_ray on CPU "
+              "through `ray job submit`", flush=True)  # fmt: skip
+        result = train(stage, None, options, steps, resume=False, out=out / "train")
+        curves[stage] = {int(k): v for k, v in result.pop("curves").items()}
+        print(step_table(curves[stage]), flush=True)
+        results[stage] = result
     plot_learning(curves, out / "learning.png")
-    print(f"[quickstart] curves: {out / 'learning.png'}; TensorBoard: {result['tensorboard']}")
-    return result
+    print(f"[quickstart] curves: {out / 'learning.png'}; TensorBoard: {out / 'train'}/*/tensorboard")
+    return results
 
 
 async def run_episodes(stage, jobs: list[dict[str, Any]], tokenizer, max_length: int) -> list[dict[str, Any]]:
@@ -263,20 +277,19 @@ def cpu_demo(args: argparse.Namespace) -> int:
     )
     if summary["replay"]["search_errors"]:
         return 1
-    if args.train_steps > 0:
+    if args.train_steps > 0:  # stage 2 starts from stage 1's checkpoint: no stage 1, no training
         try:
-            trained = train_stage1(out, args.train_steps, options)
+            trained = train_stages(out, args.train_steps, args.stage2_steps, options)
         except (ConfigError, RuntimeError, TimeoutError, ValueError) as e:
             print(f"error: training: {e}", file=sys.stderr)
             return 1
         summary["training"] = trained
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        print(
-            f"[quickstart] training: format-and-search rate {trained['score_first']:.2f} -> "
-            f"{trained['score_last']:.2f}, mean reward {trained['mean_reward_first']:.2f} -> "
-            f"{trained['mean_reward_last']:.2f} over "
-            f"{trained['steps']} steps ({trained['seconds']:.0f} s)"
-        )
+        for stage, t in trained.items():
+            what = "format-and-search rate" if stage == "stage1" else "EM"
+            print(f"[quickstart] {stage}: {what} {t['score_first']:.2f} -> {t['score_last']:.2f}, mean reward "
+                  f"{t['mean_reward_first']:.2f} -> {t['mean_reward_last']:.2f} over {t['steps']} steps "
+                  f"({t['seconds']:.0f} s)")  # fmt: skip
     return 0
 
 
@@ -319,7 +332,13 @@ def main(argv: list[str] | None = None) -> int:
         "--train-steps",
         type=int,
         default=6,
-        help="then train the tiny policy on stage 1 for this many steps (OpenRLHF on CPU); 0 skips it",
+        help="then train the tiny policy on stage 1 for this many steps (OpenRLHF on CPU); 0 skips training",
+    )
+    p.add_argument(
+        "--stage2-steps",
+        type=int,
+        default=QUICKSTART_STAGE2_STEPS,
+        help="then stage 2 from stage 1's checkpoint for this many steps; 0 skips stage 2",
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--real", action="store_true", help="submit the real stage-1 job (GPU node, `train` extra)")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,3 +55,10 @@ def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (`kill`, a scheduler's stop) exits through Python's `finally` blocks, as Ctrl-C does: a command
+    that started a Ray head or servers stops them rather than leave them training in the background."""
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -356,3 +356,23 @@ def test_stop_waits_until_the_server_has_exited_and_never_signals_a_stranger(tmp
     (tmp_path / "reward.pid").write_text(str(os.getpid()))
     assert main(["stop", "reward", "--run-dir", str(tmp_path)]) == 0
     assert not (tmp_path / "reward.pid").exists()
+
+
+def test_sigterm_runs_finally_blocks(tmp_path):
+    """`kill` of a rehearsal stops its Ray head: SIGTERM exits through `finally`, as Ctrl-C does."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    flag = tmp_path / "stopped"
+    code = (
+        "import time\nfrom searchrl.process import exit_on_sigterm\nexit_on_sigterm()\n"
+        f"try:\n    print('up', flush=True)\n    time.sleep(60)\nfinally:\n    open({str(flag)!r}, 'w').write('yes')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM and time.monotonic() - t0 < 20
+    assert flag.read_text() == "yes"

@@ -15,10 +15,11 @@ from reward_server.scoring import score_solution
 from reward_server.spec import STAGE1_FORMAT
 from searchrl.job import preflight, sft
 from searchrl.job.plan import HOME_ONLY, plan_stage, ray_command, runtime_env
-from searchrl.paths import ROOT
+from searchrl.paths import EXAMPLES, ROOT
 from searchrl.qa_data.sft_data import main as prepare_sft
 from searchrl.qa_data.sft_data import trajectory_messages
 from searchrl.rehearsal import cpu_layer
+from searchrl.rehearsal.inputs import stage_questions
 from searchrl.rehearsal.ray_head import RAY_NAMED_PORTS, ephemeral_range, ray_ports
 from searchrl.stage.openrlhf_flags import validated_args
 from searchrl.tiny_policy import mixture
@@ -197,3 +198,14 @@ def test_step_curves_and_synced_digests_read_openrlhf_logs(tmp_path):
     log.write_text("".join(json.dumps({"pid": p, "sync": s, "digest": d}) + "\n"
                            for p, s, d in ((1, 1, "a"), (2, 1, "a"), (1, 2, "b"), (2, 2, "b"))))  # fmt: skip
     assert synced_digests(log) == ["b", "b"]
+
+
+def test_stage1_alternates_real_questions_with_the_training_people_and_never_sees_heldout():
+    """Stage 1 keeps seeing the fictional people's questions, or the warm start's naming of them in the query
+    wears off before stage 2 needs it; held-out people stay for evaluation only."""
+    people = {json.loads(line)["question"] for line in (EXAMPLES / "fictional/train.jsonl").open(encoding="utf-8")}
+    heldout = {json.loads(line)["question"] for line in (EXAMPLES / "fictional/heldout.jsonl").open(encoding="utf-8")}
+    rows = stage_questions("stage1_format", 400)
+    assert [r["question"] in people for r in rows[:10]] == [False, True] * 5
+    assert len({r["question"] for r in rows[1::2]}) == 200 and not {r["question"] for r in rows} & heldout
+    assert all(r["question"] in people for r in stage_questions("stage2_answer", 50))

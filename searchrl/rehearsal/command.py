@@ -2,8 +2,9 @@
 
 Without `--train`, the rollout half of a step (searchrl/rehearsal/episodes.py): recorded policies through
 OpenRLHF's own rollout and experience code. With `--train`, both halves (searchrl/rehearsal/training.py):
-OpenRLHF's own `train_ppo_ray` with the tiny policy. `sft`: the SFT stage (`train_sft`) as the tiny policy's warm
-start. Each prints a table and, last, one JSON line. `launch/ray_submit.sh STAGE --rehearse ...` is the same.
+OpenRLHF's own `train_ppo_ray` with the tiny policy. `sft`: the SFT stage (OpenRLHF's own `train_sft`) for
+a few steps from the tiny policy's warm start. Each prints a table and, last, one JSON line.
+`launch/ray_submit.sh STAGE --rehearse ...` is the same.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from searchrl.rehearsal import episodes, training
+from searchrl.process import exit_on_sigterm
+from searchrl.rehearsal import episodes, sft, training
 from searchrl.rehearsal.inputs import rehearsal_index
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
 from searchrl.stage.config import STAGES
@@ -43,27 +45,31 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--lr", type=float, default=None, help=f"the tiny policy's learning rate ({training.DEFAULT_LR})"
     )
-    train.add_argument("--seed", type=int, default=0, help="seed of the warm start and the run (sft too)")
+    train.add_argument(
+        "--seed", type=int, default=0, help="seed of the run (sft too); the warm start is the shipped one"
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. episode.top_k=5")
     return p
 
 
 def rehearse_sft(overrides: list[str], seed: int) -> int:
-    """The SFT stage on CPU, as the tiny policy's warm start, rebuilt."""
+    """OpenRLHF's own SFT stage on CPU: a few steps from the tiny policy's warm start on its mixture."""
     if overrides:
         print(f"error: the SFT rehearsal takes no overrides (got {overrides})", file=sys.stderr)
         return 2
     try:
-        path = ensure_warm_start(rehearsal_index(), seed=seed, force=True)
+        index = rehearsal_index()
+        result = sft.rehearse(index, ensure_warm_start(index, log=lambda m: print(m, flush=True)), seed=seed)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(json.loads((path.parent / "warm_start.json").read_text(encoding="utf-8"))))
+    print(json.dumps(result))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
+    exit_on_sigterm()
     if args.stage == "sft":
         return rehearse_sft(args.overrides, args.seed)
     if args.train:

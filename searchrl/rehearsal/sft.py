@@ -1,11 +1,14 @@
 """The SFT stage on CPU, as its job runs: `ray job submit` -- torchrun (one rank) -- OpenRLHF's own `train_sft`,
-through `searchrl.rehearsal.cpu.launch` (its CPU overrides applied after train_sft's checks). The tiny policy's warm
-start is made this way (searchrl/rehearsal/warm_start.py).
+through `searchrl.rehearsal.cpu.launch` (its CPU overrides applied after train_sft's checks). `rehearse` runs it
+for a few steps from the tiny policy's warm start on the warm-start mixture, as a user fine-tunes a base model on
+trajectories before RL (the warm start itself is built in plain PyTorch: searchrl/tiny_policy/build.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import subprocess
 import sys
 import time
@@ -14,11 +17,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from search_backend.base import r1_text
+from search_backend.local_faiss import LocalFaissBackend
+from searchrl.config import load
 from searchrl.job.plan import excludes
 from searchrl.job.sft import ENTRY, plan_sft, torchrun
-from searchrl.paths import ROOT
+from searchrl.paths import CONFIGS, ROOT, RUNS
 from searchrl.rehearsal.cpu_layer import Override, runtime_env_with_cpu_layer
 from searchrl.rehearsal.ray_head import RayHead
+from searchrl.stage.config import ModelConfig
+from searchrl.tiny_policy.mixture import build, fictional_questions, real_questions
 
 
 def sft_cpu_overrides(lr: float, epochs: int, batch: int) -> list[Override]:
@@ -80,3 +88,24 @@ def run_sft(
         "overrides": [asdict(o) for o in cpu],
         "seconds": round(time.monotonic() - t0, 1),
     }
+
+
+def rehearse(index: Path, pretrain: Path, seed: int = 0, count: int = 64, out: Path = RUNS / "rehearse/sft") -> dict:
+    """`count` mixture trajectories (half real questions, half fictional people) with their documents from the
+    rehearsal index, one epoch of train_sft on them from `pretrain`; returns run_sft's record and the data's."""
+    template = load(ModelConfig, CONFIGS / "models/qwen2.5-7b-base.yaml").template or ""
+    backend = LocalFaissBackend(index)
+
+    def retrieve(queries: list[str]) -> list[list[str]]:
+        return [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, 3))]
+
+    rng = random.Random(seed)
+    render = lambda q: template.replace("{question}", q)  # noqa: E731
+    real = rng.sample(real_questions(), count // 2)
+    people = rng.sample(fictional_questions(), count - count // 2)
+    rows = build(real, render, retrieve, "</s>", seed=seed) + build(people, render, retrieve, "</s>", seed=seed + 1)
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "sft.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = run_sft(data, pretrain, out, lr=1e-4, epochs=1, batch=8, seed=seed)
+    return {**result, "pretrain": str(pretrain), "data": str(data), "trajectories": len(rows)}

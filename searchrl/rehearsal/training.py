@@ -39,8 +39,9 @@ from searchrl.stage.config import STAGES
 
 TRAIN_DIR = REHEARSAL_DIR / "train"
 ENTRY = "openrlhf.cli.train_ppo_ray"
-# The tiny policy's learning rate (R1-Searcher's 7B policies: 2e-6).
-DEFAULT_LR = 1e-3
+# The tiny policy's learning rate (R1-Searcher's 7B policies: 2e-6). At 1e-3 stage 1 learns the format as fast
+# but wears off the warm start's copying (queries naming the person 0.5 -> 0.04-0.10), so stage 2 cannot learn.
+DEFAULT_LR = 3e-4
 
 
 def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> list[str]:
@@ -178,7 +179,7 @@ def train(
     index = rehearsal_index()
     start: list[str] = []
     if stage == "stage1_format":
-        policy = pretrain or ensure_warm_start(index, seed=seed, log=lambda m: print(m, flush=True))
+        policy = pretrain or ensure_warm_start(index, log=lambda m: print(m, flush=True))
         start = [f"openrlhf.actor.model_name_or_path={policy}", "init_from=null"]
     elif pretrain is not None:
         start = [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]

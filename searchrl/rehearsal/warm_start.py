@@ -1,14 +1,21 @@
-"""The tiny policy's warm start, built once per set of inputs: a random-init policy and its tokenizer
-(searchrl/tiny_policy/model.py), the trajectory mixture (searchrl/tiny_policy/mixture.py) over the rehearsal
-index, then OpenRLHF's own SFT stage on it, rehearsed on CPU (searchrl/rehearsal/sft.py).
+"""The tiny policy's warm start: shipped in `examples/tiny_policy/` (2.7 MB), built by
+`python -m searchrl.rehearsal.warm_start build` from the copy curriculum (searchrl/tiny_policy/build.py).
+
+`build.json` beside the weights records the recipe's seed, what the probe measured and a hash of every input
+(the code and data in INPUTS). When the inputs change and nobody rebuilt, `ensure` builds a fresh warm start
+under runs/tiny_policy/<hash>/ (about 6 minutes on 2 cores) and says so, and a test fails until the shipped one
+is rebuilt: the policy every rehearsal starts from is always the one its inputs make.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import json
 import shutil
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,68 +23,106 @@ from search_backend.base import r1_text
 from search_backend.local_faiss import LocalFaissBackend
 from searchrl.config import load
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
-from searchrl.rehearsal.sft import run_sft
+from searchrl.rehearsal.inputs import rehearsal_index
 from searchrl.stage.config import ModelConfig
-from searchrl.tiny_policy.mixture import MIXTURE, build, fictional_questions, real_questions
-from searchrl.tiny_policy.model import build_policy
+from searchrl.tiny_policy.build import build
+from searchrl.tiny_policy.curriculum import Recipe
 
+SHIPPED = EXAMPLES / "tiny_policy"
 POLICY_DIR = RUNS / "tiny_policy"
-# What the warm start is made from: a change to any of these builds a new one (the cache key).
+TEMPLATE = CONFIGS / "models/qwen2.5-7b-base.yaml"
+# What the warm start is made from: a change to any of these makes the shipped one stale.
 INPUTS = (
-    Path(__file__),
-    ROOT / "searchrl/tiny_policy/model.py",
-    ROOT / "searchrl/tiny_policy/mixture.py",
-    ROOT / "searchrl/rehearsal/sft.py",
-    ROOT / "searchrl/job/sft.py",
-    CONFIGS / "stages/sft.yaml",
+    *sorted((ROOT / "searchrl/tiny_policy").glob("*.py")),
+    ROOT / "searchrl/qa_data/fictional.py",
+    ROOT / "searchrl/protocol.py",
+    TEMPLATE,
     EXAMPLES / "stage_1.jsonl",
     EXAMPLES / "mini_corpus.jsonl",
     EXAMPLES / "fictional/corpus.jsonl",
     EXAMPLES / "fictional/train.jsonl",
+    EXAMPLES / "fictional/heldout.jsonl",
 )
 
 
-def cache_key(seed: int) -> str:
+def inputs_hash(seed: int = Recipe().seed) -> str:
     h = hashlib.sha256(f"seed={seed}".encode())
     for path in INPUTS:
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
-def ensure(
-    index: Path, seed: int = 0, template: Path | None = None, log: Callable[[str], None] = print, force: bool = False
-) -> Path:
-    """The warm-started tiny policy (a Hugging Face folder), built once per set of inputs under
-    runs/tiny_policy/<key>/: a random-init policy and its tokenizer (`base/`), the mixture (`sft.jsonl`),
-    then the SFT stage on it, rehearsed on CPU (`warm_start/`)."""
-    home = POLICY_DIR / cache_key(seed)
-    final = home / "warm_start"
-    if (final / "config.json").is_file() and not force:
-        return final
-    if home.exists():
-        shutil.rmtree(home)
-    home.mkdir(parents=True)
-    model = load(ModelConfig, template or CONFIGS / "models/qwen2.5-7b-base.yaml")
+def shipped_record() -> dict:
+    path = SHIPPED / "build.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _template() -> str:
+    model = load(ModelConfig, TEMPLATE)
     if model.template is None:
-        raise ValueError(f"{model.name}: the tiny policy's warm start needs a base model's plain-text template")
+        raise ValueError(f"{TEMPLATE}: the tiny policy's warm start needs a base model's plain-text template")
+    return model.template
+
+
+def build_folder(out: Path, index: Path, seed: int, log: Callable[[str], None] = print) -> dict:
+    """Builds the warm start into `out` (replaced) from the rehearsal index; writes and returns build.json."""
     backend = LocalFaissBackend(index)
 
     def retrieve(queries: list[str]) -> list[list[str]]:
         return [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, 3))]
 
-    render = lambda q: model.template.replace("{question}", q)  # noqa: E731
-    rows = build(real_questions(), render, retrieve, "</s>", seed=seed, copies=1)
-    rows += build(fictional_questions(), render, retrieve, "</s>", seed=seed + 1, copies=3, copy_rate=0.5)
-    data = home / "sft.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    texts = [model.template] * 20 + ["".join(m["content"] for m in r["messages"]) for r in rows]
-    for name in ("mini_corpus.jsonl", "fictional/corpus.jsonl"):
-        texts += [json.loads(line)["text"] for line in (EXAMPLES / name).open(encoding="utf-8")]
-    base = build_policy(home / "base", texts, seed)
-    log(f"[warm start] {len(rows)} trajectories ({data}); SFT stage on CPU from {base}")
-    result = run_sft(data, base, home / "sft", seed=seed)
-    (home / "sft" / "final").rename(final)
-    kinds = {k: sum(r["kind"] == k for r in rows) for k in MIXTURE}
-    record = {**result, "hf_checkpoint": str(final), "data": str(data), "trajectories": len(rows), "kinds": kinds}
-    (home / "warm_start.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
-    return final
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.monotonic()
+    record = build(tmp, _template(), retrieve, Recipe(seed=seed), log)
+    record = {"inputs_hash": inputs_hash(seed), "seconds": round(time.monotonic() - t0, 1), **record}
+    (tmp / "build.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return record
+
+
+def ensure(index: Path, seed: int | None = None, log: Callable[[str], None] = print) -> Path:
+    """The warm start as a Hugging Face folder: the shipped one when its inputs are today's (and `seed` is
+    None or its seed), else one built once per inputs and seed under runs/tiny_policy/."""
+    record = shipped_record()
+    seed = record.get("recipe", {}).get("seed", Recipe().seed) if seed is None else seed
+    key = inputs_hash(seed)
+    if record.get("inputs_hash") == key:
+        return SHIPPED
+    home = POLICY_DIR / key
+    if (home / "build.json").is_file():
+        return home
+    why = "another seed" if record.get("inputs_hash") == inputs_hash() else "inputs that have changed since"
+    log(f"[warm start] the shipped one was built from {why}: building {home} (about 6 min on 2 cores); to ship "
+        "it: python -m searchrl.rehearsal.warm_start build")  # fmt: skip
+    build_folder(home, index, seed, log)
+    return home
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m searchrl.rehearsal.warm_start",
+        description="The tiny policy's warm start. `build` trains it on the copy curriculum (about 6 min on 2 "
+        "cores) and writes the folder the rehearsals start from; `check` says whether the shipped one is "
+        "built from today's inputs.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build the warm start (default: over the shipped one)")
+    b.add_argument("--out", type=Path, default=SHIPPED, help=f"folder to write (default {SHIPPED})")
+    b.add_argument("--seed", type=int, default=Recipe().seed, help="the recipe's seed (default %(default)s)")
+    sub.add_parser("check", help="exit 1 when the shipped warm start is stale")
+    args = p.parse_args(argv)
+    if args.command == "check":
+        record, key = shipped_record(), inputs_hash()
+        fresh = record.get("inputs_hash") == key
+        print(json.dumps({"shipped": str(SHIPPED), "built_from": record.get("inputs_hash"), "inputs": key,
+                          "fresh": fresh}))  # fmt: skip
+        return 0 if fresh else 1
+    record = build_folder(args.out, rehearsal_index(), args.seed, lambda m: print(m, flush=True))
+    print(json.dumps({k: v for k, v in record.items() if k != "phases"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

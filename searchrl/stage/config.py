@@ -137,7 +137,7 @@ class StageConfig(Strict):
     search: StageSearchConfig = StageSearchConfig()
     reward_server: RewardServerConfig = RewardServerConfig()
     prompt: StagePrompt | None = Field(None, description="the stage's own prompt text, over the model config's")
-    algorithm: Literal["ppo", "reinforce++"] | None = Field(
+    algorithm: Literal["ppo", "reinforce++", "grpo"] | None = Field(
         None, description="a flag set of searchrl/stage/algorithms.py, merged under `openrlhf:` (whose flags win)"
     )
     openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")

@@ -1,0 +1,72 @@
+"""Builds the tiny policy's warm start: a random-init Qwen2-shaped policy and its tokenizer
+(searchrl/tiny_policy/model.py), trained on the copy curriculum (searchrl/tiny_policy/curriculum.py) in plain
+PyTorch (searchrl/tiny_policy/supervise.py), then probed on held-out people (searchrl/tiny_policy/probe.py).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from searchrl.paths import EXAMPLES
+from searchrl.tiny_policy import supervise
+from searchrl.tiny_policy.curriculum import EOS, Recipe, World, segments
+from searchrl.tiny_policy.mixture import Question, fictional_questions, real_questions, trajectory
+from searchrl.tiny_policy.model import build_policy
+from searchrl.tiny_policy.probe import probe
+
+Retrieve = Callable[[list[str]], list[list[str]]]
+
+
+def fictional_people(split: str) -> list[tuple[Question, list[str]]]:
+    """The split's questions with their person's own passages, as the environment shows passages."""
+    passages: dict[str, list[str]] = {}
+    for line in (EXAMPLES / "fictional/corpus.jsonl").open(encoding="utf-8"):
+        p = json.loads(line)
+        passages.setdefault(p["title"], []).append(f"Title: {p['title']} Text: {p['text']}")
+    return [(q, passages[q.query]) for q in fictional_questions(split)]
+
+
+def world(template: str, retrieve: Retrieve) -> World:
+    real = real_questions()
+    found = retrieve([q.query for q in real])
+    every_name = {q.query for split in ("train", "heldout") for q, _ in fictional_people(split)}
+    return World(template, list(zip(real, found, strict=True)), fictional_people("train"), frozenset(every_name))
+
+
+def tokenizer_texts(w: World, seed: int) -> list[str]:
+    """What the tokenizer is trained on: the template, one correct episode per real question and three per
+    training person, and both corpora (so names and cities seen often become whole tokens, as in a real BPE)."""
+    rng = random.Random(seed)
+    texts = [w.template] * 20
+    for q, docs in [*w.real, *w.people, *w.people, *w.people]:
+        messages = trajectory("correct", w.prompt(q.question, False), q, docs, rng, EOS, 0.5)
+        texts.append("".join(text for text, _ in segments(messages)))
+    for line in (EXAMPLES / "mini_corpus.jsonl").open(encoding="utf-8"):
+        texts.append(json.loads(line)["text"])
+    texts += [p for _, docs in w.people for p in docs]
+    return texts
+
+
+def build(
+    out: Path, template: str, retrieve: Retrieve, recipe: Recipe, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Writes the warm start (a Hugging Face folder) to `out`; returns its record (training and probe)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    w = world(template, retrieve)
+    build_policy(out, tokenizer_texts(w, recipe.seed), recipe.seed)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    log(f"[warm start] {sum(p.numel() for p in model.parameters())} parameters, {recipe.steps} supervised steps")
+    trained = supervise.train(model, tokenizer, w, recipe, log)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    figures = probe(model, tokenizer, template, fictional_people("heldout"), samples=4, seed=recipe.seed + 1234)
+    return {"recipe": {"seed": recipe.seed, "lr": recipe.lr, "warmup": recipe.warmup,
+                       "min_lr_frac": recipe.min_lr_frac, "micro_batch": recipe.micro_batch},
+            **trained, "probe": figures}  # fmt: skip

@@ -1,0 +1,145 @@
+"""The tiny policy's warm start: the shipped one is built from today's inputs, it copies as the issue asks (a
+real probe of the shipped weights on held-out people), and the curriculum's episodes are what they claim."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from searchrl.protocol import BEGIN_DOCS, BEGIN_QUERY, END_QUERY, extract_answer
+from searchrl.qa_data.fictional import CITIES
+from searchrl.rehearsal import warm_start
+from searchrl.tiny_policy import supervise
+from searchrl.tiny_policy.build import fictional_people
+from searchrl.tiny_policy.curriculum import Phase, Recipe, World, episode, made_up
+from searchrl.tiny_policy.mixture import Question
+from searchrl.tiny_policy.probe import first_segment, probe
+
+TEMPLATE = "Solve it with search.\n\nUser:{question}\nAssistant: <think>"
+
+
+def small_world() -> World:
+    real = [(Question("Who wrote Hamlet?", "Shakespeare", "wrote Hamlet"), ["Title: Hamlet Text: by Shakespeare"])]
+    people = fictional_people("train")
+    taken = {q.query for q, _ in people} | {q.query for q, _ in fictional_people("heldout")}
+    return World(TEMPLATE, real, people, frozenset(taken))
+
+
+def test_shipped_warm_start_is_built_from_todays_inputs():
+    record = warm_start.shipped_record()
+    assert record, f"no {warm_start.SHIPPED}/build.json: python -m searchrl.rehearsal.warm_start build"
+    assert record["inputs_hash"] == warm_start.inputs_hash(), (
+        "the warm start's inputs changed since it was built: python -m searchrl.rehearsal.warm_start build "
+        f"(then commit {warm_start.SHIPPED})"
+    )
+    assert (warm_start.SHIPPED / "model.safetensors").stat().st_size < 4 * 2**20
+
+
+def test_shipped_warm_start_copies_sometimes_on_heldout_people():
+    """Sampled here from the shipped weights (not read from build.json): the query names the person in about
+    half the searches, the answer is the documents' city sometimes, and another person's documents do not
+    yield the asked person's city beyond chance."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(warm_start.SHIPPED)
+    tokenizer = AutoTokenizer.from_pretrained(warm_start.SHIPPED)
+    template = warm_start._template()
+    got = probe(model, tokenizer, template, fictional_people("heldout"), samples=3, seed=7)
+    assert got["episodes"] == 300 and got["search_rate"] > 0.5, got
+    assert got["names_rate"] >= 0.4, got
+    assert 0.07 <= got["doc_city"] <= 0.5, got
+    assert got["swapped_gold"] <= 0.12, got
+
+
+def test_ensure_returns_the_shipped_folder_when_fresh(tmp_path):
+    assert warm_start.ensure(tmp_path / "no-index-needed") == warm_start.SHIPPED
+
+
+def test_made_up_people_never_take_a_known_name_and_their_passages_name_their_city():
+    w = small_world()
+    rng = random.Random(0)
+    for _ in range(300):
+        q, docs = made_up(rng, w.taken)
+        assert q.query not in w.taken and q.query not in CITIES
+        assert sum(q.answer in d for d in docs) >= 1 and all(q.query in d for d in docs)
+
+
+def test_short_phase_copies_name_and_city_without_the_instruction():
+    w, rng = small_world(), random.Random(1)
+    phase = Phase(1, 1, short=True, copy_rate=1.0, real=0.0, trained_people=0.3)
+    for _ in range(50):
+        segs = episode(w, phase, rng)
+        prompt, (search, trained), (docs, docs_trained), (tail, _) = segs[0][0], segs[1], segs[2], segs[3]
+        assert prompt.startswith("User:") and "Solve it" not in prompt and not segs[0][1]
+        person = prompt.split("was ")[1].split(" born")[0]
+        assert trained and f"{BEGIN_QUERY} {person} {END_QUERY}" in search
+        assert BEGIN_DOCS in docs and not docs_trained
+        assert f"{extract_answer(tail)} spent" in docs or f"born in {extract_answer(tail)}," in docs
+
+
+def test_copy_rate_sets_how_often_the_answer_is_the_documents_city():
+    w, rng = small_world(), random.Random(2)
+    phase = Phase(1, 1, short=False, copy_rate=0.2, real=0.0, trained_people=0.0)
+    copied = answered = 0
+    for _ in range(600):
+        segs = episode(w, phase, rng)
+        text = "".join(t for t, _ in segs)
+        answer = extract_answer(text)
+        if answer is None or BEGIN_DOCS not in text or text.count("<answer>") != 1:
+            continue
+        answered += 1
+        copied += f"born in {answer}," in text
+    assert answered > 100 and 0.12 < copied / answered < 0.3
+
+
+def test_supervised_steps_lower_the_loss_on_trained_segments_only(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from searchrl.tiny_policy.model import build_policy
+
+    w = small_world()
+    texts = [TEMPLATE] + [d for _, docs in w.people for d in docs]
+    build_policy(tmp_path, texts, seed=0)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    recipe = Recipe(lr=3e-3, warmup=2, phases=(Phase(12, 8, short=True, copy_rate=1.0, real=0.0),))
+    result = supervise.train(model, tokenizer, w, recipe, log=lambda m: None)
+    assert result["steps"] == 12 and result["phases"][0]["loss"] < 6.0
+    segs = episode(w, recipe.phases[0], random.Random(3))
+    ((ids, mask),) = supervise.encode(tokenizer, [segs])
+    sizes = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text, _ in segs]
+    assert mask == [trained for (_, trained), n in zip(segs, sizes, strict=True) for _ in range(n)]
+    assert not mask[0] and any(mask) and len(ids) == len(mask)
+
+
+@pytest.mark.parametrize(
+    ("generated", "kept"),
+    [
+        (f" Let me. {BEGIN_QUERY} Zell {END_QUERY}\n\nmore", f" Let me. {BEGIN_QUERY} Zell {END_QUERY}\n\n"),
+        (" I know. </think> <answer> Ulm </answer></s>junk", " I know. </think> <answer> Ulm </answer>"),
+        (" no end", " no end"),
+    ],
+)
+def test_first_segment_stops_where_the_environment_does(generated, kept):
+    assert first_segment(generated) == kept
+
+
+def test_check_command_reports_fresh(capsys):
+    assert warm_start.main(["check"]) == 0
+    assert json.loads(capsys.readouterr().out)["fresh"] is True
+
+
+@pytest.mark.slow
+def test_rebuilt_warm_start_copies_as_well_as_the_shipped_one(tmp_path):
+    """Rebuilds the warm start from its inputs (about 6 min on 2 cores) and compares what the probe measures."""
+    from searchrl.rehearsal.inputs import rehearsal_index
+
+    rebuilt = warm_start.build_folder(tmp_path / "warm_start", rehearsal_index(), seed=0, log=lambda m: None)
+    shipped = warm_start.shipped_record()
+    assert rebuilt["inputs_hash"] == shipped["inputs_hash"]
+    for key in ("names_rate", "doc_city"):
+        assert abs(rebuilt["probe"][key] - shipped["probe"][key]) <= 0.15, (key, rebuilt["probe"], shipped["probe"])
+    assert rebuilt["probe"]["names_rate"] >= 0.5 and 0.1 <= rebuilt["probe"]["doc_city"] <= 0.4
