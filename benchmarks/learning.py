@@ -3,7 +3,7 @@ each through `searchrl stage rehearse STAGE --train` (OpenRLHF's own train_ppo_r
 an lr = 0 control of each stage and an independent evaluation of every checkpoint.
 
     python -m benchmarks.learning --stages stage1,stage2 --seeds 3 --out DIR
-        [--steps1 15] [--steps2 15] [--lr 1e-3] [--eval-samples 2] [--options process,efficiency]
+        [--steps1 8] [--steps2 30] [--lr 3e-4] [--eval-samples 2] [--options grpo,process,efficiency]
         [--first-seed K]
     python -m benchmarks.learning --merge DIR [DIR ...] --out DIR   # one report from several runs' seeds
 
@@ -200,11 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default="stage1,stage2", help="stage1, or stage1,stage2")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--steps1", type=int, default=15, help="stage-1 rollout steps")
-    p.add_argument("--steps2", type=int, default=15, help="stage-2 rollout steps")
+    p.add_argument("--steps1", type=int, default=8, help="stage-1 rollout steps")
+    p.add_argument("--steps2", type=int, default=30, help="stage-2 rollout steps")
     p.add_argument("--lr", type=float, default=train_rehearsal.DEFAULT_LR)
     p.add_argument("--eval-samples", type=int, default=2, help="samples per held-out question (100 questions)")
-    p.add_argument("--options", default="", help="stage-2 reward options run beside the default: process,efficiency")
+    p.add_argument("--options", default="", help=f"stage-2 variants run beside the default: {','.join(OPTIONS)}")
     p.add_argument("--no-control", action="store_true", help="skip the lr = 0 controls")
     p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
     p.add_argument(
