@@ -209,3 +209,14 @@ def test_stage1_alternates_real_questions_with_the_training_people_and_never_see
     assert [r["question"] in people for r in rows[:10]] == [False, True] * 5
     assert len({r["question"] for r in rows[1::2]}) == 200 and not {r["question"] for r in rows} & heldout
     assert all(r["question"] in people for r in stage_questions("stage2_answer", 50))
+
+
+def test_each_rollout_step_openrlhf_logs_is_read_for_the_screen():
+    from searchrl.rehearsal.training import GLOBAL_STEP
+
+    line = (
+        "\x1b[36m(PPOTrainer pid=12209)\x1b[0m INFO 11-26 10:13:56 ppo_trainer.py:551] \u2728 Global step 2: "
+        "{'violation_forged_documents': 0.0, 'mean_reward': 9.0, 'reward': -0.078125, 'policy_loss': 0.005}"
+    )
+    assert GLOBAL_STEP.search(line).groups() == ("2", "-0.078125")
+    assert GLOBAL_STEP.search("Train epoch [1/1]: reward=1") is None

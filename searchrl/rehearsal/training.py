@@ -19,6 +19,7 @@ the saved model, a resumed run advances, extra_logs keys agree under a sampling 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -50,10 +51,32 @@ def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> li
     return [ray, "job", "submit", "--address", head.address, "--runtime-env-json", json.dumps(env), "--", *entry]
 
 
+GLOBAL_STEP = re.compile(r"Global step (\d+): .*?'reward': ([-\d.e]+)")
+HEARTBEAT_S = 15.0
+
+
 def run_job(head: RayHead, env: dict[str, Any], train_args: list[str], log: Path) -> int:
-    with log.open("w", encoding="utf-8") as f:
-        done = subprocess.run(job_command(head, env, train_args), cwd=ROOT, env=head.env, stdout=f, stderr=f)
-    return done.returncode
+    """`ray job submit` with its output in `log`; a line on the screen for every rollout step OpenRLHF logs, and
+    one at least every HEARTBEAT_S seconds while it starts up, so a long run is never silent."""
+    t0 = last = time.monotonic()
+    steps = 0
+    with log.open("w", encoding="utf-8") as f, log.open("r", encoding="utf-8", errors="replace") as tail:
+        proc = subprocess.Popen(job_command(head, env, train_args), cwd=ROOT, env=head.env, stdout=f, stderr=f)
+        pending = ""
+        while proc.poll() is None:
+            time.sleep(1.0)
+            pending += tail.read()
+            *lines, pending = pending.split("\n")
+            for step, reward in (m.groups() for line in lines if (m := GLOBAL_STEP.search(line))):
+                steps += 1
+                print(
+                    f"[train] step {step}: mean reward {float(reward):.3f} ({time.monotonic() - t0:.0f} s)", flush=True
+                )
+                last = time.monotonic()
+            if time.monotonic() - last >= HEARTBEAT_S:
+                print(f"[train] running ({time.monotonic() - t0:.0f} s, {steps} steps so far; log {log})", flush=True)
+                last = time.monotonic()
+    return proc.returncode
 
 
 def step_curves(logdir: Path) -> dict[int, dict[str, float]]:
