@@ -876,7 +876,9 @@ def learning() -> str:
     steps = d["summary"].get("stage2", {}).get("steps_to_em_0.5")
     if steps:
         body += "\n\nRollout steps to a training-batch EM of 0.5 (per seed; `-`: not within the run): " + "; ".join(
-            f"{run}: " + " / ".join("-" if v is None else str(v) for v in per.values()) for run, per in steps.items()
+            f"{ {'train': 'REINFORCE++'}.get(run, run) }: "
+            + " / ".join("-" if v is None else str(v) for v in per.values())
+            for run, per in steps.items()
         )
     targets = "; ".join(
         f"{stage}: " + ", ".join(f"{k.replace('_', ' ')} {'met' if v else 'NOT met'}" for k, v in t["targets"].items())
