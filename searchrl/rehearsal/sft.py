@@ -34,8 +34,8 @@ def sft_cpu_overrides(lr: float, epochs: int, batch: int) -> list[Override]:
         Override("ds.attn_implementation", "sdpa", "flash-attention kernels need a GPU: torch SDPA, packed masks"),
         Override("train.batch_size", batch, "CPU time: a small dataset in a few optimizer steps an epoch"),
         Override("train.micro_batch_size", min(batch, 8), "one rank holds the whole batch"),
-        Override("train.max_epochs", epochs, "a tiny random-init policy needs more passes than a 7B model"),
-        Override("adam.lr", lr, "a tiny random-init policy moves only with a larger step"),
+        Override("train.max_epochs", epochs, "CPU time: passes over the rehearsal's trajectories"),
+        Override("adam.lr", lr, "the tiny policy's scale (a 7B policy: the stage's own lr)"),
     ]
 
 
