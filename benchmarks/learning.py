@@ -42,6 +42,7 @@ from searchrl.paths import EXAMPLES, ROOT  # noqa: E402
 from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
 from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
 from searchrl.rehearsal.inputs import rehearsal_index  # noqa: E402
+from searchrl.rehearsal.warm_start import base_template  # noqa: E402
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start  # noqa: E402
 from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
 from searchrl.rollout.reward_client import RewardClient  # noqa: E402
@@ -157,8 +158,7 @@ def copying(checkpoint: Path, samples: int, seed: int) -> dict[str, Any]:
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    template = load(ModelConfig, ROOT / "configs/models/qwen2.5-7b-base.yaml").template or ""
-    return probe(model, tokenizer, template, fictional_people("heldout"), samples=samples, seed=seed)
+    return probe(model, tokenizer, base_template(), fictional_people("heldout"), samples=samples, seed=seed)
 
 
 def evaluate(checkpoint: Path, stage: str, servers: Servers, samples: int, seed: int, overrides: list[str]) -> dict:

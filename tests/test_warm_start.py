@@ -45,7 +45,7 @@ def test_shipped_warm_start_copies_sometimes_on_heldout_people():
 
     model = AutoModelForCausalLM.from_pretrained(warm_start.SHIPPED)
     tokenizer = AutoTokenizer.from_pretrained(warm_start.SHIPPED)
-    template = warm_start._template()
+    template = warm_start.base_template()
     got = probe(model, tokenizer, template, fictional_people("heldout"), samples=3, seed=7)
     assert got["episodes"] == 300 and got["search_rate"] > 0.5, got
     assert got["names_rate"] >= 0.4, got

@@ -5,12 +5,16 @@ prompts, prepared by the stage's own data preparation.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from search_backend.base import r1_text
+from search_backend.local_faiss import LocalFaissBackend
 from searchrl.paths import EXAMPLES, ROOT, RUNS
 from searchrl.stage.config import stage_package
 from searchrl.tiny_policy.mixture import HELDOUT_STAGE1
@@ -45,6 +49,13 @@ def rehearsal_index(work: Path = REHEARSAL_DIR) -> Path:
     if done.returncode != 0:
         raise RuntimeError(f"searchrl index build failed: {done.stderr[-2000:]}")
     return index
+
+
+def passage_retriever(index: Path, top_k: int = 3) -> Callable[[list[str]], list[list[str]]]:
+    """Queries -> the texts of their top passages in `index`, as the environment shows them (R1-Searcher's
+    `Title: ... Text: ...`): the documents of the warm start's and the SFT rehearsal's trajectories."""
+    backend = LocalFaissBackend(index)
+    return lambda queries: [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, top_k))]
 
 
 def stage_questions(stage: str, count: int) -> list[dict[str, Any]]:

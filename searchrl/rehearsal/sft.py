@@ -6,7 +6,6 @@ trajectories before RL (the warm start itself is built in plain PyTorch: searchr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import subprocess
@@ -17,15 +16,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from search_backend.base import r1_text
-from search_backend.local_faiss import LocalFaissBackend
-from searchrl.config import load
 from searchrl.job.plan import excludes
 from searchrl.job.sft import ENTRY, plan_sft, torchrun
-from searchrl.paths import CONFIGS, ROOT, RUNS
+from searchrl.paths import ROOT, RUNS
 from searchrl.rehearsal.cpu_layer import Override, runtime_env_with_cpu_layer
+from searchrl.rehearsal.inputs import passage_retriever
 from searchrl.rehearsal.ray_head import RayHead
-from searchrl.stage.config import ModelConfig
+from searchrl.rehearsal.warm_start import base_template
 from searchrl.tiny_policy.mixture import build, fictional_questions, real_questions
 
 
@@ -93,12 +90,7 @@ def run_sft(
 def rehearse(index: Path, pretrain: Path, seed: int = 0, count: int = 64, out: Path = RUNS / "rehearse/sft") -> dict:
     """`count` mixture trajectories (half real questions, half fictional people) with their documents from the
     rehearsal index, one epoch of train_sft on them from `pretrain`; returns run_sft's record and the data's."""
-    template = load(ModelConfig, CONFIGS / "models/qwen2.5-7b-base.yaml").template or ""
-    backend = LocalFaissBackend(index)
-
-    def retrieve(queries: list[str]) -> list[list[str]]:
-        return [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, 3))]
-
+    template, retrieve = base_template(), passage_retriever(index)
     rng = random.Random(seed)
     render = lambda q: template.replace("{question}", q)  # noqa: E731
     real = rng.sample(real_questions(), count // 2)

@@ -1,4 +1,4 @@
-"""The tiny policy's warm start: shipped in `examples/tiny_policy/` (2.7 MB), built by
+"""The tiny policy's warm start: shipped in `examples/tiny_policy/` (2.5 MB), built by
 `python -m searchrl.rehearsal.warm_start build` from the copy curriculum (searchrl/tiny_policy/build.py).
 
 `build.json` beside the weights records the recipe's seed, what the probe measured and a hash of every input
@@ -10,7 +10,6 @@ is rebuilt: the policy every rehearsal starts from is always the one its inputs 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import shutil
@@ -19,11 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from search_backend.base import r1_text
-from search_backend.local_faiss import LocalFaissBackend
 from searchrl.config import load
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
-from searchrl.rehearsal.inputs import rehearsal_index
+from searchrl.rehearsal.inputs import passage_retriever, rehearsal_index
 from searchrl.stage.config import ModelConfig
 from searchrl.tiny_policy.build import build
 from searchrl.tiny_policy.curriculum import Recipe
@@ -57,7 +54,8 @@ def shipped_record() -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def _template() -> str:
+def base_template() -> str:
+    """The base model's plain-text prompt template, which the tiny policy is trained and sampled with."""
     model = load(ModelConfig, TEMPLATE)
     if model.template is None:
         raise ValueError(f"{TEMPLATE}: the tiny policy's warm start needs a base model's plain-text template")
@@ -66,15 +64,10 @@ def _template() -> str:
 
 def build_folder(out: Path, index: Path, seed: int, log: Callable[[str], None] = print) -> dict:
     """Builds the warm start into `out` (replaced) from the rehearsal index; writes and returns build.json."""
-    backend = LocalFaissBackend(index)
-
-    def retrieve(queries: list[str]) -> list[list[str]]:
-        return [[r1_text(p) for p in hits] for hits in asyncio.run(backend.search(queries, 3))]
-
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
-    record = build(tmp, _template(), retrieve, Recipe(seed=seed), log)
+    record = build(tmp, base_template(), passage_retriever(index), Recipe(seed=seed), log)
     record = {"inputs_hash": inputs_hash(seed), "seconds": round(time.monotonic() - t0, 1), **record}
     (tmp / "build.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
@@ -82,20 +75,19 @@ def build_folder(out: Path, index: Path, seed: int, log: Callable[[str], None] =
     return record
 
 
-def ensure(index: Path, seed: int | None = None, log: Callable[[str], None] = print) -> Path:
-    """The warm start as a Hugging Face folder: the shipped one when its inputs are today's (and `seed` is
-    None or its seed), else one built once per inputs and seed under runs/tiny_policy/."""
+def ensure(index: Path, log: Callable[[str], None] = print) -> Path:
+    """The warm start as a Hugging Face folder: the shipped one when its inputs are today's, else one built once
+    per set of inputs under runs/tiny_policy/<hash>/."""
     record = shipped_record()
-    seed = record.get("recipe", {}).get("seed", Recipe().seed) if seed is None else seed
+    seed = record.get("recipe", {}).get("seed", Recipe().seed)
     key = inputs_hash(seed)
     if record.get("inputs_hash") == key:
         return SHIPPED
     home = POLICY_DIR / key
     if (home / "build.json").is_file():
         return home
-    why = "another seed" if record.get("inputs_hash") == inputs_hash() else "inputs that have changed since"
-    log(f"[warm start] the shipped one was built from {why}: building {home} (about 6 min on 2 cores); to ship "
-        "it: python -m searchrl.rehearsal.warm_start build")  # fmt: skip
+    log(f"[warm start] the shipped one was built from inputs that have changed since: building {home} (about 6 "
+        "min on 2 cores); to ship it: python -m searchrl.rehearsal.warm_start build")  # fmt: skip
     build_folder(home, index, seed, log)
     return home
 
