@@ -27,6 +27,12 @@ class SearchError(RuntimeError):
     ends_run: ClassVar[bool] = False
 
 
+class SearchRefusedError(SearchError):
+    """The server refused this request as sent (HTTP 4xx other than 401/403: a query over its length limit,
+    too many queries at once). Another request may pass: a batch's caller can ask again in smaller parts,
+    so one bad query fails only its own episode."""
+
+
 class SearchAuthError(SearchError):
     """The search service refused the credentials (HTTP 401/403): every later search would fail too, so
     the run stops at once instead of training on "search failed" documents."""

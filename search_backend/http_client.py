@@ -6,7 +6,7 @@ import itertools
 import os
 from typing import Any
 
-from search_backend.base import Passage, SearchAuthError, SearchError
+from search_backend.base import Passage, SearchAuthError, SearchError, SearchRefusedError
 from search_backend.settings import DEFAULT_DEADLINE_S, SearchConfig
 from searchrl.http_transport import (
     HttpRefusedError,
@@ -26,7 +26,7 @@ def _results(body: Any) -> list:
 
 class HttpSearchBackend:
     """At most `max_connections` searches in flight; the others wait their turn without their `timeout_s`
-    running. 401/403 raise SearchAuthError and other 4xx SearchError at once; 5xx, 429 and connection
+    running. 401/403 raise SearchAuthError and other 4xx SearchRefusedError at once; 5xx, 429 and connection
     trouble are retried with jittered backoff (Retry-After honoured), each try on the next server, until
     `deadline_s` after the call began (waits included), or after `retries` extra tries when that is set.
 
@@ -88,7 +88,7 @@ class HttpSearchBackend:
                     f"{exc.url} refused the credentials: HTTP {exc.status}; set the retrieval server's token in the "
                     "variable search.token_env names (default $SEARCHRL_SEARCH_TOKEN) on the submitting shell"
                 ) from None
-            raise SearchError(f"{exc.url} refused the request: HTTP {exc.status}: {exc.text[:500]}") from None
+            raise SearchRefusedError(f"{exc.url} refused the request: HTTP {exc.status}: {exc.text[:500]}") from None
         except RetryableError as exc:
             raise SearchError(
                 f"search failed after {exc.tries} tries within the {self.deadline_s:g} s deadline: {exc}"

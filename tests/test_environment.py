@@ -134,3 +134,70 @@ def test_multi_query_off_keeps_the_separator_in_one_query():
     env = SearchEnvironment(backend, EpisodeConfig(top_k=1))
     step(env, Episode(prompt="P", label="x"), "<|begin_of_query|> a || b <|end_of_query|>")
     assert backend.calls == [["a || b"]]
+
+
+class NamedBackend:
+    """Echoes each query back as its passage's text, so a test can see which episode got which answer."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+    async def search(self, queries, top_k):
+        self.requests += 1
+        return [[Passage(q, "T", q, 1.0)] for q in queries]
+
+    async def aclose(self):
+        pass
+
+
+def _batch_through_a_real_server(config, queries):
+    from search_backend.http_client import HttpSearchBackend
+    from search_backend.serve import create_app
+
+    backend = NamedBackend()
+    with serve(create_app(config, backend=backend)) as url:
+
+        async def run():
+            async with HttpSearchBackend(url, retries=0) as client:
+                env = SearchEnvironment(client, EpisodeConfig(top_k=1))
+                eps = [Episode(prompt="P", label="x") for _ in queries]
+                actions = [f"<|begin_of_query|> {q} <|end_of_query|>" for q in queries]
+                return env, eps, await env.step_batch(eps, actions)
+
+        return (backend, *asyncio.run(run()))
+
+
+def test_one_refused_query_fails_only_its_own_episode():
+    # Seen in `eval local`: one query over the server's max_query_chars made the whole batch's request a 422,
+    # and all 200 episodes got "search failed" (held-out EM 0.47 -> 0.01).
+    from search_backend.serve import ServerConfig
+
+    queries = [f"person {i}" for i in range(200)]
+    queries[137] = "x" * 600
+    backend, env, eps, out = _batch_through_a_real_server(
+        ServerConfig(token="", batching=False, max_query_chars=512), queries
+    )
+    failed = [i for i, ep in enumerate(eps) if ep.search_errors]
+    assert failed == [137] and "over the limit of 512" in out[137].feedback
+    assert all(f"Text: person {i}\n" in out[i].feedback for i in range(200) if i != 137)
+    assert env.failed_searches == 1 and backend.requests <= 2 * 8  # halving: about two requests per level
+
+
+def test_a_batch_over_the_servers_query_limit_is_asked_in_parts():
+    from search_backend.serve import ServerConfig
+
+    queries = [f"person {i}" for i in range(100)]
+    backend, env, eps, out = _batch_through_a_real_server(
+        ServerConfig(token="", batching=False, max_queries=16), queries
+    )
+    assert not any(ep.search_errors for ep in eps) and env.failed_searches == 0
+    assert all(f"Text: person {i}\n" in out[i].feedback for i in range(100))
+    assert backend.requests == 8  # 100 -> 50 -> 25 -> 12 or 13: eight requests of at most 16
+
+
+def test_an_outage_still_fails_the_whole_batch_at_once():
+    backend = Backend(fail=True)
+    env = SearchEnvironment(backend, EpisodeConfig(top_k=1))
+    eps = [Episode(prompt="P", label="x") for _ in range(5)]
+    asyncio.run(env.step_batch(eps, ["<|begin_of_query|> q <|end_of_query|>"] * 5))
+    assert len(backend.calls) == 1 and all(ep.search_errors == 1 for ep in eps)  # no halving on an outage

@@ -7,6 +7,7 @@ ends the episode, and the reward server scores the whole text.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 from reward_server.components import documents_contain, evidence_golds, process_reward
 from reward_server.spec import RewardSpec
-from search_backend.base import Passage, SearchBackend, SearchError, r1_text
+from search_backend.base import Passage, SearchBackend, SearchError, SearchRefusedError, r1_text
 from searchrl.metrics import as_golds, normalize_answer
 from searchrl.protocol import format_documents, last_query, split_queries
 from searchrl.rollout.reward_client import RewardClient, RewardResult
@@ -107,42 +108,51 @@ class SearchEnvironment:
                 split_queries(episodes[i].queries[-1], cfg.query_separator, cfg.max_queries_per_block)
                 for i in searching
             ]
-            flat = [q for qs in split for q in qs]
             t0 = time.perf_counter()
-            grouped: list[list[list[Passage]]] = []
-            try:
-                found = iter(await self.search.search(flat, cfg.top_k))
-                grouped = [[next(found) for _ in qs] for qs in split]
-                texts = [self._block_texts(qs, g) for qs, g in zip(split, grouped, strict=True)]
-                costs = [sum(p.cost for hits in g for p in hits) for g in grouped]
-                unrouted = [sum(p.id == UNROUTED for hits in g for p in hits) for g in grouped]
-                failed = False
-            except SearchError as e:
-                # Wrong credentials or a replay miss: every later search would fail too, so stop now.
-                if e.ends_run:
-                    raise
-                # A retrieval outage must not kill a rollout batch: the episodes go on, the failure is counted.
-                texts = [[SEARCH_FAILED.format(reason=str(e)[:200] or type(e).__name__)]] * len(searching)
-                costs = [0.0] * len(searching)
-                unrouted = [0] * len(searching)
-                failed = True
-                self._report_failure(e, len(searching))
+            answers = await self._search_split(split)
             elapsed = time.perf_counter() - t0
-            rows = zip(searching, texts, split, costs, unrouted, strict=True)
-            for n, (i, docs, qs, cost, unknown) in enumerate(rows):
+            errors = [a for a in answers if isinstance(a, SearchError)]
+            if errors:
+                self._report_failure(errors[-1], len(errors))
+            for i, qs, answer in zip(searching, split, answers, strict=True):
                 ep = episodes[i]
-                action = actions[i]
                 ep.num_queries += len(qs)
-                ep.cost += cost
-                ep.unknown_models += unknown
-                ep.search_errors += failed
                 ep.search_seconds += elapsed
-                feedback = format_documents(docs, after=action)
+                if isinstance(answer, SearchError):
+                    # A retrieval outage or a refused query must not kill a rollout batch: the episode goes on
+                    # with a "search failed" block, and the failure is counted.
+                    docs = [SEARCH_FAILED.format(reason=str(answer)[:200] or type(answer).__name__)]
+                    ep.search_errors += 1
+                else:
+                    docs = self._block_texts(qs, answer)
+                    ep.cost += sum(p.cost for hits in answer for p in hits)
+                    ep.unknown_models += sum(p.id == UNROUTED for hits in answer for p in hits)
+                    if self.process_weight > 0:
+                        ep.gold_hits += self._new_evidence(ep, qs, answer)
+                feedback = format_documents(docs, after=actions[i])
                 ep.solution += feedback
-                if self.process_weight > 0 and not failed:
-                    ep.gold_hits += self._new_evidence(ep, qs, grouped[n])
                 outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1])
         return [o for o in outcomes if o is not None]
+
+    async def _search_split(self, split: list[list[str]]) -> list[list[list[Passage]] | SearchError]:
+        """Each episode's results for its queries, asked as one batch, or the error that stopped them. A batch
+        the server refuses as sent (one query over its length limit, more queries than it takes) is asked again
+        in halves, so only the episode whose query was refused gets a "search failed" block."""
+        flat = [q for qs in split for q in qs]
+        try:
+            found = iter(await self.search.search(flat, self.config.top_k))
+            return [[next(found) for _ in qs] for qs in split]
+        except SearchRefusedError as e:
+            if len(split) == 1:
+                return [e]
+            half = len(split) // 2
+            first, second = await asyncio.gather(self._search_split(split[:half]), self._search_split(split[half:]))
+            return first + second
+        except SearchError as e:
+            # Wrong credentials or a replay miss: every later search would fail too, so stop now.
+            if e.ends_run:
+                raise
+            return [e] * len(split)
 
     def _report_failure(self, error: SearchError, episodes: int) -> None:
         """A warning naming the failure and how many searches failed since the last one (at most one per
