@@ -841,7 +841,8 @@ def learning() -> str:
         d,
         f" {len(d['seeds'])} seed(s); stage 1 {st['steps1']} and stage 2 {st['steps2']} rollout steps of 8 prompts x "
         f"8 samples, lr {st['lr']:g}; each checkpoint sampled on "
-        f"{d['seeds'][0]['stage1']['eval']['final']['episodes']} held-out episodes outside the training loop",
+        f"{d['seeds'][0]['stage1']['eval']['final']['episodes']} held-out episodes outside the training loop "
+        "(temperature 1, top-p 0.95), and decoded greedily once per held-out question",
     )
     rows = []
     for stage, metric, names in (
@@ -853,6 +854,7 @@ def learning() -> str:
             if not per_seed:
                 continue
             means = {k: sum(e[k] for e in per_seed) / len(per_seed) for k in LEARNING_KEYS}
+            greedy = [e["greedy"]["em"] for e in per_seed if "greedy" in e]
             probes = [e["copy"] for e in per_seed if "copy" in e]
             copy = {k: sum(c[k] or 0 for c in probes) / len(probes) if probes else None for k in COPY_KEYS}
             rows.append(
@@ -861,6 +863,7 @@ def learning() -> str:
                     " / ".join(f"{e[metric]:.2f}" for e in per_seed),
                     f"{means['score']:.3f}",
                     f"{means['em']:.3f}",
+                    f"{sum(greedy) / len(greedy):.3f}" if greedy else "-",
                     f"{means['reward']:.3f}",
                     f"{means['searches_per_episode']:.2f}",
                     f"{means['response_length']:.0f}",
@@ -868,8 +871,8 @@ def learning() -> str:
                 )
             )
     body = table(
-        ["checkpoint", "per seed (stage 1: format+search; stage 2: EM)", "score", "EM", "reward", "searches",
-         "tokens", "query names the person", "answer = documents' city", "another's documents: their city",
+        ["checkpoint", "per seed (stage 1: format+search; stage 2: EM)", "score", "EM", "greedy EM", "reward",
+         "searches", "tokens", "query names the person", "answer = documents' city", "another's documents: their city",
          "another's documents: the asked city", "top city share"],
         rows,
     )  # fmt: skip

@@ -1,0 +1,41 @@
+"""benchmarks.learning's summary: the stage-2 targets are checked on sampled and on greedy EM, each on its own."""
+
+from benchmarks.learning import summary
+
+
+def evaluation(em: float, greedy: float | None, names: float = 0.9) -> dict:
+    copy = {
+        "names_rate": names,
+        "doc_city": 0.7,
+        "swapped_shown_city": 0.6,
+        "swapped_gold": 0.05,
+        "top_city_share": 0.1,
+    }
+    out = {"score": em, "reward": em, "em": em, "searches_per_episode": 1.0, "response_length": 100.0, "copy": copy}
+    return out | ({"greedy": {"em": greedy, "score": greedy}} if greedy is not None else {})
+
+
+def report(*seeds: tuple[float, float | None, float, float | None]) -> dict:
+    rows = []
+    for seed, (start, start_greedy, final, final_greedy) in enumerate(seeds):
+        s1 = {n: evaluation(0.9, None) for n in ("warm_start", "final")}
+        s2 = {"start": evaluation(start, start_greedy), "final": evaluation(final, final_greedy)}
+        s2["control"] = evaluation(start, start_greedy)
+        log = [{"step": 1, "em": 0.2}, {"step": 2, "em": 0.55}]
+        rows.append({"seed": seed, "stage1": {"eval": s1}, "stage2": {"eval": s2, "train": {"steps_log": log}}})
+    return {"seeds": rows}
+
+
+def test_targets_hold_on_greedy_and_fail_on_sampled_each_on_its_own():
+    t = summary(report((0.15, 0.25, 0.55, 0.7), (0.14, 0.2, 0.5, 0.65)))["stage2"]
+    assert t["targets"]["em_at_least_0.6_greedy"] and t["targets"]["em_gain_at_least_0.3_greedy"]
+    assert not t["targets"]["em_at_least_0.6_sampled"] and t["targets"]["em_gain_at_least_0.3_sampled"]
+    assert round(t["worst_seed_em_gain_greedy"], 3) == 0.45 and round(t["worst_seed_em_gain_sampled"], 3) == 0.36
+    assert t["mean"]["final"]["greedy_em"] == 0.675 and t["steps_to_em_0.5"] == {"train": {0: 2, 1: 2}}
+
+
+def test_one_weak_seed_fails_the_target_and_a_report_without_greedy_has_no_greedy_targets():
+    t = summary(report((0.15, 0.25, 0.55, 0.7), (0.14, 0.2, 0.5, 0.45)))["stage2"]["targets"]
+    assert not t["em_at_least_0.6_greedy"] and not t["em_gain_at_least_0.3_greedy"]
+    old = summary(report((0.15, None, 0.55, None)))["stage2"]
+    assert "em_at_least_0.6_greedy" not in old["targets"] and old["mean"]["final"]["greedy_em"] is None
