@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from searchrl.config import ConfigError, parse_overrides  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS  # noqa: E402
-from searchrl.process import free_port, start_module, stop  # noqa: E402
+from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
 from searchrl.protocol import parse_solution  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
@@ -95,9 +95,11 @@ def plot_learning(curves: dict[str, dict[int, dict[str, float]]], path: Path) ->
     fig.savefig(path, dpi=110)
 
 
-def train_stages(out: Path, steps1: int, steps2: int, options: list[str]) -> dict[str, Any]:
+def train_stages(
+    out: Path, steps1: int, steps2: int, options: list[str], head: Any = None, search_url: str | None = None
+) -> dict[str, Any]:
     """The tiny policy learning stage 1, then stage 2 from stage 1's checkpoint, through OpenRLHF's own
-    train_ppo_ray on CPU (`ray job submit`, one run per stage)."""
+    train_ppo_ray on CPU (`ray job submit`, one job per stage, both on `head` and `search_url` when given)."""
     from searchrl.rehearsal.training import step_table, train
 
     results: dict[str, Any] = {}
@@ -108,7 +110,7 @@ def train_stages(out: Path, steps1: int, steps2: int, options: list[str]) -> dic
             continue
         print(f"\n[quickstart] training: {stage} for {steps} steps ({lesson}), OpenRLHF's train_ppo_ray on CPU "
               "through `ray job submit`", flush=True)  # fmt: skip
-        result = train(stage, None, options, steps, resume=False, out=out / "train")
+        result = train(stage, None, options, steps, resume=False, out=out / "train", head=head, search_url=search_url)
         curves[stage] = {int(k): v for k, v in result.pop("curves").items()}
         print(step_table(curves[stage]), flush=True)
         results[stage] = result
@@ -184,6 +186,25 @@ def cpu_demo(args: argparse.Namespace) -> int:
     search_port, reward_port = free_port(), free_port()
     print(f"[quickstart] retrieval server on 127.0.0.1:{search_port}, reward server on 127.0.0.1:{reward_port}")
     search = start_module("search_backend.serve", ["--index", str(index)], search_port, out / "retrieval.log", 180)
+    # Both training stages use this retrieval server and one Ray head, started now so it comes up while the
+    # episodes run: the head's and the encoder's start-up are paid once, not once a stage.
+    head = None
+    if args.train_steps > 0:
+        from searchrl.rehearsal.ray_head import RayHead
+
+        (out / "train").mkdir(parents=True, exist_ok=True)
+        head = RayHead(out / "train", num_cpus=4, num_gpus=1)
+    try:
+        return _demo(args, out, options, search_port, reward_port, head)
+    finally:
+        stop(search)
+        if head is not None:
+            head.stop()
+
+
+def _demo(
+    args: argparse.Namespace, out: Path, options: list[str], search_port: int, reward_port: int, head: Any
+) -> int:
     reward = start_module(
         "reward_server",
         ["--config", str(STAGE1), "--log-jsonl", str(out / "scored.jsonl")]
@@ -235,7 +256,6 @@ def cpu_demo(args: argparse.Namespace) -> int:
         )
         results = asyncio.run(run_episodes(stage, jobs, tokenizer, args.max_length))
     finally:
-        stop(search)
         stop(reward)
 
     with (out / "episodes.jsonl").open("w", encoding="utf-8") as fh:
@@ -279,7 +299,9 @@ def cpu_demo(args: argparse.Namespace) -> int:
         return 1
     if args.train_steps > 0:  # stage 2 starts from stage 1's checkpoint: no stage 1, no training
         try:
-            trained = train_stages(out, args.train_steps, args.stage2_steps, options)
+            trained = train_stages(
+                out, args.train_steps, args.stage2_steps, options, head, f"http://127.0.0.1:{search_port}"
+            )
         except (ConfigError, RuntimeError, TimeoutError, ValueError) as e:
             print(f"error: training: {e}", file=sys.stderr)
             return 1
@@ -356,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --real needs a GPU with vLLM, Ray and DeepSpeed: pip install -e '.[train]'", file=sys.stderr)
             return 2
         return real_job(args)
+    exit_on_sigterm()  # a stopped quickstart stops its Ray head and servers instead of leaving them running
     return cpu_demo(args)
 
 

@@ -177,9 +177,14 @@ def train(
     pretrain: Path | None = None,
     lr: float = DEFAULT_LR,
     seed: int = 0,
+    head: RayHead | None = None,
+    search_url: str | None = None,
 ) -> dict[str, Any]:
     """Run the stage's training job on CPU for `steps` rollout steps; returns the summary (see the module
-    docstring). Raises ConfigError (a bad request) or RuntimeError (a failed job)."""
+    docstring). Raises ConfigError (a bad request) or RuntimeError (a failed job).
+
+    `head`: a running Ray head to submit to (left running), and `search_url`: a retrieval server already serving
+    the rehearsal index, so that several stages in a row pay the head's and the encoder's start-up once."""
     stage = STAGES[stage_name]
     if stage not in ("stage1_format", "stage2_answer"):
         raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
@@ -224,13 +229,15 @@ def train(
     all_overrides = [*cpu, *run]
     flags = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in all_overrides]
     started: list[Any] = []
-    head: RayHead | None = None
+    own_head = head is None
     try:
-        search_port = free_port()
-        started.append(
-            start_module("search_backend.serve", ["--index", str(index)], search_port, work / "retrieval.log", 300)
-        )
-        servers = [f"search.urls=http://127.0.0.1:{search_port}"]
+        if search_url is None:
+            search_port = free_port()
+            started.append(
+                start_module("search_backend.serve", ["--index", str(index)], search_port, work / "retrieval.log", 300)
+            )
+            search_url = f"http://127.0.0.1:{search_port}"
+        servers = [f"search.urls={search_url}"]
         plan0 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags])
         spec = work / "stage.json"
         spec.write_text(plan0["stage"].model_dump_json(), encoding="utf-8")
@@ -244,7 +251,8 @@ def train(
             print(f"[override] {o.flag}={o.value!r}: {o.reason}", flush=True)
         env = runtime_env_with_cpu_layer(runtime_env(plan), all_overrides, sync_log)
         gpus = int(plan["flags"].get("actor.num_nodes", 1)) * int(plan["flags"]["actor.num_gpus_per_node"])
-        head = RayHead(work, num_cpus=4, num_gpus=gpus)
+        if head is None:
+            head = RayHead(work, num_cpus=4, num_gpus=gpus)
         head.wait()
         print(
             f"[train] ray job submit ... -- python3 -m searchrl.rehearsal.cpu.launch {ENTRY} (log {work / 'job.log'})",
@@ -273,7 +281,7 @@ def train(
             after = step_curves(resumed_tb)
             resumed = code2 == 0 and bool(after) and min(after) > max(curves) and max(after) > max(curves)
     finally:
-        if head is not None:
+        if own_head and head is not None:
             head.stop()
         for proc in started:
             stop(proc)
