@@ -38,6 +38,7 @@ from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS  # noqa: E402
 from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
 from searchrl.protocol import parse_solution  # noqa: E402
+from searchrl.rehearsal.ray_head import RayHead  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
 from searchrl.stage.config import load_stage  # noqa: E402
@@ -190,8 +191,6 @@ def cpu_demo(args: argparse.Namespace) -> int:
     # episodes run: the head's and the encoder's start-up are paid once, not once a stage.
     head = None
     if args.train_steps > 0:
-        from searchrl.rehearsal.ray_head import RayHead
-
         (out / "train").mkdir(parents=True, exist_ok=True)
         head = RayHead(out / "train", num_cpus=4, num_gpus=1)
     try:
