@@ -191,7 +191,7 @@ def steps_of(curves: dict[str, dict[str, float]]) -> list[dict[str, float]]:
 
 
 def run_stage(
-    stage: str, steps: int, out: Path, lr: float, seed: int, pretrain: Path | None, extra: list[str], shared: Any
+    stage: str, steps: int, out: Path, lr: float, seed: int, pretrain: Path | None, extra: list[str], shared: Servers
 ) -> dict:
     """`shared`: the Servers whose retrieval server and Ray head every run uses."""
     print(f"[learning] seed {seed}: {stage} for {steps} steps, lr {lr}, into {out}", flush=True)

@@ -97,7 +97,7 @@ def plot_learning(curves: dict[str, dict[int, dict[str, float]]], path: Path) ->
 
 
 def train_stages(
-    out: Path, steps1: int, steps2: int, options: list[str], head: Any = None, search_url: str | None = None
+    out: Path, steps1: int, steps2: int, options: list[str], head: RayHead | None = None, search_url: str | None = None
 ) -> dict[str, Any]:
     """The tiny policy learning stage 1, then stage 2 from stage 1's checkpoint, through OpenRLHF's own
     train_ppo_ray on CPU (`ray job submit`, one job per stage, both on `head` and `search_url` when given)."""
@@ -202,7 +202,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
 
 
 def _demo(
-    args: argparse.Namespace, out: Path, options: list[str], search_port: int, reward_port: int, head: Any
+    args: argparse.Namespace, out: Path, options: list[str], search_port: int, reward_port: int, head: RayHead | None
 ) -> int:
     reward = start_module(
         "reward_server",

@@ -220,3 +220,15 @@ def test_each_rollout_step_openrlhf_logs_is_read_for_the_screen():
     )
     assert GLOBAL_STEP.search(line).groups() == ("2", "-0.078125")
     assert GLOBAL_STEP.search("Train epoch [1/1]: reward=1") is None
+
+
+def test_a_shared_ray_head_with_too_few_gpus_is_refused_not_waited_on(tmp_path):
+    from types import SimpleNamespace
+
+    from searchrl.config import ConfigError
+    from searchrl.rehearsal.training import head_for
+
+    shared = SimpleNamespace(num_gpus=1)
+    assert head_for(shared, tmp_path, 1) is shared  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="1 logical GPUs and this job needs 2"):
+        head_for(shared, tmp_path, 2)  # type: ignore[arg-type]

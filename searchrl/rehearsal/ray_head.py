@@ -75,6 +75,7 @@ class RayHead:
 
     def __init__(self, workdir: Path, num_cpus: int = 4, num_gpus: int = 0) -> None:
         """`num_gpus` logical GPUs: OpenRLHF places its actors and engines by GPU bundles."""
+        self.num_gpus = num_gpus
         self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
         self.log = workdir / "ray_head.log"
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}

@@ -166,6 +166,16 @@ def previous_checkpoint_missing(out: Path) -> str | None:
     return None
 
 
+def head_for(head: RayHead | None, work: Path, gpus: int) -> RayHead:
+    """A new head with the job's `gpus` logical GPUs, or the shared `head` when it has enough: with fewer, the
+    job's placement group would wait for GPUs that never come, so that is refused instead."""
+    if head is None:
+        return RayHead(work, num_cpus=4, num_gpus=gpus)
+    if head.num_gpus < gpus:
+        raise ConfigError(f"the shared Ray head has {head.num_gpus} logical GPUs and this job needs {gpus}")
+    return head
+
+
 def train(
     stage_name: str,
     model: str | None,
@@ -251,8 +261,7 @@ def train(
             print(f"[override] {o.flag}={o.value!r}: {o.reason}", flush=True)
         env = runtime_env_with_cpu_layer(runtime_env(plan), all_overrides, sync_log)
         gpus = int(plan["flags"].get("actor.num_nodes", 1)) * int(plan["flags"]["actor.num_gpus_per_node"])
-        if head is None:
-            head = RayHead(work, num_cpus=4, num_gpus=gpus)
+        head = head_for(head, work, gpus)
         head.wait()
         print(
             f"[train] ray job submit ... -- python3 -m searchrl.rehearsal.cpu.launch {ENTRY} (log {work / 'job.log'})",
