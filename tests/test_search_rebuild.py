@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 
 import search_backend.build_index as build_index
 from search_backend.build_index import BuildError, build, resolve_devices
-from search_backend.index_layout import IndexValidationError
+from search_backend.index_layout import IndexValidationError, read_json, write_json_atomic
 from search_backend.local_faiss import LocalFaissBackend
 from tests.test_search_fixtures import PASSAGES, fixture_queries, scratch_dir
 
@@ -220,3 +221,18 @@ def test_sighup_reloads_a_rebuilt_index(tmp_path):
         assert served_ids(url) <= second_ids
     finally:
         stop(proc)
+
+
+def test_records_written_at_once_by_many_writers_all_land(tmp_path):
+    """Two jobs that reuse one finished index (the rehearsals' shared one) rewrite its records at the same time:
+    every writer must succeed and the record must stay valid JSON."""
+    path = tmp_path / "manifest.json"
+
+    def write(i: int) -> None:
+        for j in range(100):
+            write_json_atomic(path, {"writer": i, "round": j, "pad": "x" * 2000})
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(write, range(8)))  # re-raises a writer's error
+    assert read_json(path)["round"] == 99
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temporary file left behind

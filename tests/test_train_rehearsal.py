@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from searchrl.paths import EXAMPLES, ROOT
 from searchrl.qa_data.sft_data import main as prepare_sft
 from searchrl.qa_data.sft_data import trajectory_messages
 from searchrl.rehearsal import cpu_layer
-from searchrl.rehearsal.inputs import stage_questions
+from searchrl.rehearsal.inputs import rehearsal_index, stage_questions
 from searchrl.rehearsal.ray_head import RAY_NAMED_PORTS, ephemeral_range, ray_ports
 from searchrl.stage.openrlhf_flags import validated_args
 from searchrl.tiny_policy import mixture
@@ -232,3 +233,12 @@ def test_a_shared_ray_head_with_too_few_gpus_is_refused_not_waited_on(tmp_path):
     assert head_for(shared, tmp_path, 1) is shared  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="1 logical GPUs and this job needs 2"):
         head_for(shared, tmp_path, 2)  # type: ignore[arg-type]
+
+
+def test_jobs_side_by_side_share_the_rehearsal_index():
+    """benchmarks.learning starts a stage's run and its control at once, and each job's first act is
+    `rehearsal_index()`: both must get the finished index (a shared temporary name once failed one of them)."""
+    rehearsal_index()  # built once (or reused): the case of the benchmark's jobs
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(lambda _: rehearsal_index(), range(3)))
+    assert len(set(got)) == 1 and (got[0] / "manifest.json").is_file()

@@ -6,6 +6,7 @@ prompts, prepared by the stage's own data preparation.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import subprocess
 import sys
@@ -41,11 +42,14 @@ def rehearsal_corpus(work: Path) -> Path:
 
 def rehearsal_index(work: Path = REHEARSAL_DIR) -> Path:
     """`searchrl index build` over the rehearsal corpus, shared by every rehearsal; the builder resumes,
-    so an up-to-date index costs seconds."""
-    index = work / "index"
-    corpus = rehearsal_corpus(work)
-    cmd = [sys.executable, "-m", "search_backend.build_index", "--corpus", str(corpus), "--format", "jsonl"]
-    done = subprocess.run([*cmd, "--out", str(index)], cwd=ROOT, capture_output=True, text=True)
+    so an up-to-date index costs seconds. One caller at a time (a file lock): jobs run side by side share it."""
+    work.mkdir(parents=True, exist_ok=True)
+    with (work / "index.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        index = work / "index"
+        corpus = rehearsal_corpus(work)
+        cmd = [sys.executable, "-m", "search_backend.build_index", "--corpus", str(corpus), "--format", "jsonl"]
+        done = subprocess.run([*cmd, "--out", str(index)], cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"searchrl index build failed: {done.stderr[-2000:]}")
     return index
