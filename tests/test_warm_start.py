@@ -38,9 +38,9 @@ def test_shipped_warm_start_is_built_from_todays_inputs():
 
 
 def test_shipped_warm_start_copies_sometimes_on_heldout_people():
-    """Sampled here from the shipped weights (not read from build.json): the query names the person in about
-    half the searches, the answer is the documents' city sometimes, and another person's documents do not
-    yield the asked person's city beyond chance."""
+    """Sampled here from the shipped weights (not read from build.json): the query names the person in most
+    searches (0.76 in build.json), the answer is the documents' city sometimes, and another person's documents
+    do not yield the asked person's city beyond chance."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(warm_start.SHIPPED)
@@ -48,7 +48,7 @@ def test_shipped_warm_start_copies_sometimes_on_heldout_people():
     template = warm_start.base_template()
     got = probe(model, tokenizer, template, fictional_people("heldout"), samples=3, seed=7)
     assert got["episodes"] == 300 and got["search_rate"] > 0.5, got
-    assert got["names_rate"] >= 0.4, got
+    assert got["names_rate"] >= 0.6, got
     assert 0.07 <= got["doc_city"] <= 0.5, got
     assert got["swapped_gold"] <= 0.12, got
 
@@ -134,7 +134,7 @@ def test_check_command_reports_fresh(capsys):
 
 @pytest.mark.slow
 def test_rebuilt_warm_start_copies_as_well_as_the_shipped_one(tmp_path):
-    """Rebuilds the warm start from its inputs (about 6 min on 2 cores) and compares what the probe measures."""
+    """Rebuilds the warm start from its inputs (about 15 min on 2 cores) and compares what the probe measures."""
     from searchrl.rehearsal.inputs import rehearsal_index
 
     rebuilt = warm_start.build_folder(tmp_path / "warm_start", rehearsal_index(), seed=0, log=lambda m: None)

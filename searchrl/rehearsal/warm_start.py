@@ -3,7 +3,7 @@
 
 `build.json` beside the weights records the recipe's seed, what the probe measured and a hash of every input
 (the code and data in INPUTS). When the inputs change and nobody rebuilt, `ensure` builds a fresh warm start
-under runs/tiny_policy/<hash>/ (about 6 minutes on 2 cores) and says so, and a test fails until the shipped one
+under runs/tiny_policy/<hash>/ (about 15 minutes on 2 cores) and says so, and a test fails until the shipped one
 is rebuilt: the policy every rehearsal starts from is always the one its inputs make.
 """
 
@@ -86,7 +86,7 @@ def ensure(index: Path, log: Callable[[str], None] = print) -> Path:
     home = POLICY_DIR / key
     if (home / "build.json").is_file():
         return home
-    log(f"[warm start] the shipped one was built from inputs that have changed since: building {home} (about 6 "
+    log(f"[warm start] the shipped one was built from inputs that have changed since: building {home} (about 15 "
         "min on 2 cores); to ship it: python -m searchrl.rehearsal.warm_start build")  # fmt: skip
     build_folder(home, index, seed, log)
     return home
@@ -95,7 +95,7 @@ def ensure(index: Path, log: Callable[[str], None] = print) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m searchrl.rehearsal.warm_start",
-        description="The tiny policy's warm start. `build` trains it on the copy curriculum (about 6 min on 2 "
+        description="The tiny policy's warm start. `build` trains it on the copy curriculum (about 15 min on 2 "
         "cores) and writes the folder the rehearsals start from; `check` says whether the shipped one is "
         "built from today's inputs.",
     )

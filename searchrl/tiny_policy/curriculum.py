@@ -50,9 +50,9 @@ class Recipe:
     micro_batch: int = 4  # episodes sorted by length, then cut in micro-batches: less padding on a CPU
     phases: tuple[Phase, ...] = field(
         default=(
-            Phase(800, 64, short=True, copy_rate=1.0, real=0.0, trained_people=0.3),
-            Phase(200, 16, short=False, copy_rate=1.0),
-            Phase(200, 16, short=False, copy_rate=0.2),
+            Phase(1600, 64, short=True, copy_rate=1.0, real=0.0, trained_people=0.3),
+            Phase(400, 64, short=False, copy_rate=1.0),
+            Phase(300, 64, short=False, copy_rate=0.25),
         )
     )
 

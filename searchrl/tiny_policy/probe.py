@@ -27,7 +27,7 @@ def _generate(model: Any, tokenizer: Any, texts: list[str], max_new: int) -> lis
     import torch
 
     tokenizer.padding_side = "left"
-    enc = tokenizer(texts, add_special_tokens=False, return_tensors="pt", padding=True)
+    enc = tokenizer(texts, add_special_tokens=False, return_tensors="pt", padding=True).to(model.device)
     with torch.no_grad():
         out = model.generate(
             **enc, max_new_tokens=max_new, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,

@@ -51,6 +51,7 @@ def _loss(model: Any, batch: list[tuple[list[int], list[bool]]], pad: int, n_tra
         attention[i, : len(x)] = 1
         target = [t if m else -100 for t, m in zip(x, mask, strict=True)]
         labels[i, : len(x) - 1] = torch.tensor(target[1:])
+    ids, labels, attention = ids.to(model.device), labels.to(model.device), attention.to(model.device)
     hidden = model.model(input_ids=ids, attention_mask=attention).last_hidden_state
     keep = labels != -100
     logits = model.lm_head(hidden[keep])
