@@ -1,6 +1,11 @@
-"""benchmarks.learning's summary: the stage-2 targets are checked on sampled and on greedy EM, each on its own."""
+"""benchmarks.learning's summary: the stage-2 targets are checked on sampled and on greedy EM, each on its own;
+a stage's run and its control train at once."""
 
-from benchmarks.learning import summary
+import threading
+
+import pytest
+
+from benchmarks.learning import side_by_side, summary
 
 
 def evaluation(em: float, greedy: float | None, names: float = 0.9) -> dict:
@@ -39,3 +44,22 @@ def test_one_weak_seed_fails_the_target_and_a_report_without_greedy_has_no_greed
     assert not t["em_at_least_0.6_greedy"] and not t["em_gain_at_least_0.3_greedy"]
     old = summary(report((0.15, None, 0.55, None)))["stage2"]
     assert "em_at_least_0.6_greedy" not in old["targets"] and old["mean"]["final"]["greedy_em"] is None
+
+
+def test_side_by_side_runs_the_jobs_at_once_and_keeps_their_order():
+    """Each job waits for the other at a barrier: run one after the other, the first would time out."""
+    met = threading.Barrier(2, timeout=10)
+
+    def job(name: str) -> dict:
+        met.wait()
+        return {"run": name}
+
+    assert side_by_side(lambda: job("train"), lambda: job("control")) == [{"run": "train"}, {"run": "control"}]
+
+
+def test_side_by_side_raises_a_failed_job():
+    def fails() -> dict:
+        raise RuntimeError("the training job failed")
+
+    with pytest.raises(RuntimeError, match="training job failed"):
+        side_by_side(lambda: {"run": "train"}, fails)

@@ -55,9 +55,10 @@ GLOBAL_STEP = re.compile(r"Global step (\d+): .*?'reward': ([-\d.e]+)")
 HEARTBEAT_S = 15.0
 
 
-def run_job(head: RayHead, env: dict[str, Any], train_args: list[str], log: Path) -> int:
+def run_job(head: RayHead, env: dict[str, Any], train_args: list[str], log: Path, label: str = "train") -> int:
     """`ray job submit` with its output in `log`; a line on the screen for every rollout step OpenRLHF logs, and
-    one at least every HEARTBEAT_S seconds while it starts up, so a long run is never silent."""
+    one at least every HEARTBEAT_S seconds while it starts up, so a long run is never silent. `label` tells the
+    lines of jobs that run side by side apart."""
     t0 = last = time.monotonic()
     steps = 0
     with log.open("w", encoding="utf-8") as f, log.open("r", encoding="utf-8", errors="replace") as tail:
@@ -69,12 +70,12 @@ def run_job(head: RayHead, env: dict[str, Any], train_args: list[str], log: Path
             *lines, pending = pending.split("\n")
             for step, reward in (m.groups() for line in lines if (m := GLOBAL_STEP.search(line))):
                 steps += 1
-                print(
-                    f"[train] step {step}: mean reward {float(reward):.3f} ({time.monotonic() - t0:.0f} s)", flush=True
-                )
+                took = time.monotonic() - t0
+                print(f"[{label}] step {step}: mean reward {float(reward):.3f} ({took:.0f} s)", flush=True)
                 last = time.monotonic()
             if time.monotonic() - last >= HEARTBEAT_S:
-                print(f"[train] running ({time.monotonic() - t0:.0f} s, {steps} steps so far; log {log})", flush=True)
+                took = time.monotonic() - t0
+                print(f"[{label}] running ({took:.0f} s, {steps} steps so far; log {log})", flush=True)
                 last = time.monotonic()
     return proc.returncode
 
@@ -189,12 +190,14 @@ def train(
     seed: int = 0,
     head: RayHead | None = None,
     search_url: str | None = None,
+    label: str = "train",
 ) -> dict[str, Any]:
     """Run the stage's training job on CPU for `steps` rollout steps; returns the summary (see the module
     docstring). Raises ConfigError (a bad request) or RuntimeError (a failed job).
 
     `head`: a running Ray head to submit to (left running), and `search_url`: a retrieval server already serving
-    the rehearsal index, so that several stages in a row pay the head's and the encoder's start-up once."""
+    the rehearsal index, so that several stages in a row pay the head's and the encoder's start-up once. `label`
+    prefixes the progress lines (jobs side by side on one head)."""
     stage = STAGES[stage_name]
     if stage not in ("stage1_format", "stage2_answer"):
         raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
@@ -263,11 +266,9 @@ def train(
         gpus = int(plan["flags"].get("actor.num_nodes", 1)) * int(plan["flags"]["actor.num_gpus_per_node"])
         head = head_for(head, work, gpus)
         head.wait()
-        print(
-            f"[train] ray job submit ... -- python3 -m searchrl.rehearsal.cpu.launch {ENTRY} (log {work / 'job.log'})",
-            flush=True,
-        )
-        code = run_job(head, env, plan["train_args"], work / "job.log")
+        launch = f"python3 -m searchrl.rehearsal.cpu.launch {ENTRY}"
+        print(f"[{label}] ray job submit ... -- {launch} (log {work / 'job.log'})", flush=True)
+        code = run_job(head, env, plan["train_args"], work / "job.log", label)
         curves = step_curves(tb)
         if code != 0 or not (final / "config.json").is_file():
             tail = "\n".join((work / "job.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
@@ -286,7 +287,7 @@ def train(
             plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
             env2 = runtime_env_with_cpu_layer(runtime_env(plan2), again, work / "resumed/sync.jsonl")
             print("[train] resuming from the DeepSpeed checkpoint (one more pass)", flush=True)
-            code2 = run_job(head, env2, plan2["train_args"], work / "resume.log")
+            code2 = run_job(head, env2, plan2["train_args"], work / "resume.log", label)
             after = step_curves(resumed_tb)
             resumed = code2 == 0 and bool(after) and min(after) > max(curves) and max(after) > max(curves)
     finally:
