@@ -286,7 +286,7 @@ def train(
             flags2 = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in again]
             plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
             env2 = runtime_env_with_cpu_layer(runtime_env(plan2), again, work / "resumed/sync.jsonl")
-            print("[train] resuming from the DeepSpeed checkpoint (one more pass)", flush=True)
+            print(f"[{label}] resuming from the DeepSpeed checkpoint (one more pass)", flush=True)
             code2 = run_job(head, env2, plan2["train_args"], work / "resume.log", label)
             after = step_curves(resumed_tb)
             resumed = code2 == 0 and bool(after) and min(after) > max(curves) and max(after) > max(curves)
