@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,9 +21,16 @@ from searchrl.job.plan import HOME_ONLY, plan_stage, ray_command, runtime_env
 from searchrl.paths import EXAMPLES, ROOT
 from searchrl.qa_data.sft_data import main as prepare_sft
 from searchrl.qa_data.sft_data import trajectory_messages
-from searchrl.rehearsal import cpu_layer
+from searchrl.rehearsal import cpu_layer, training
 from searchrl.rehearsal.inputs import rehearsal_index, stage_questions
-from searchrl.rehearsal.ray_head import RAY_NAMED_PORTS, ephemeral_range, ray_ports
+from searchrl.rehearsal.ray_head import (
+    RAY_NAMED_PORTS,
+    WORKER_PORTS,
+    ephemeral_range,
+    held_blocks,
+    ray_ports,
+    release_block,
+)
 from searchrl.stage.openrlhf_flags import validated_args
 from searchrl.tiny_policy import mixture
 
@@ -97,12 +106,33 @@ def test_the_overrides_pass_openrlhf_checks_and_keep_the_stage_layout(stage):
 def test_ray_ports_cannot_collide_by_construction():
     low, _ = ephemeral_range()
     for seed in range(200):
-        ports = ray_ports(random.Random(seed))
+        ports = ray_ports(random.Random(seed), blocks=None)
         named = [ports[n] for n in RAY_NAMED_PORTS]
         workers = range(ports["min_worker"], ports["max_worker"] + 1)
         assert len(set(named)) == len(named)
         assert not set(named) & set(workers), seed
         assert max(*named, ports["max_worker"]) < low  # nothing the kernel hands out for port 0 lands there
+
+
+def test_two_heads_never_share_a_port_block_and_a_dead_owners_block_is_reused(tmp_path):
+    """Two heads started at once: the first head's worker ports are not bound yet, so only the record keeps the
+    second (same random draw) off them. A block whose owner has exited is free again."""
+    size = len(RAY_NAMED_PORTS) + WORKER_PORTS
+    first = ray_ports(random.Random(7), blocks=tmp_path)
+    second = ray_ports(random.Random(7), blocks=tmp_path)
+    assert abs(first["gcs"] - second["gcs"]) >= size
+    assert sorted(held_blocks(tmp_path)) == sorted([first["gcs"], second["gcs"]])
+    release_block(first["gcs"], tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / str(second["gcs"])).write_text(dead.stdout.strip())
+    assert held_blocks(tmp_path) == []
+    assert ray_ports(random.Random(7), blocks=tmp_path)["gcs"] == first["gcs"]
+
+
+def test_dynamic_filtering_gets_a_pool_of_prompts_to_replace_the_groups_it_drops():
+    assert training.prompt_pool(plan_stage("stage2", None, [])["flags"]) == 1
+    flags = plan_stage("stage2", None, ["openrlhf.algo.dynamic_filtering_enable=true"])["flags"]
+    assert training.prompt_pool(flags) == training.DYNAMIC_FILTERING_POOL > 1
 
 
 def test_warm_start_kinds_earn_their_documented_stage1_rewards():

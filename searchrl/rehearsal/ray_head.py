@@ -3,6 +3,7 @@ stopped by the ids of the processes it started."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import shutil
@@ -28,6 +29,9 @@ RAY_NAMED_PORTS = (
     "runtime_env_agent",
 )
 WORKER_PORTS = 200
+# Port blocks held by the live Ray heads on this machine, one file per block: a head's worker ports stay unbound
+# until its workers start, so a second head started meanwhile (CI runs two at once) would find them free.
+BLOCKS_DIR = Path(tempfile.gettempdir()) / "searchrl-ray-blocks"
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -39,25 +43,57 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def ray_ports(rng: random.Random | None = None, tries: int = 50) -> dict[str, int]:
+def ray_ports(rng: random.Random | None = None, tries: int = 50, blocks: Path | None = BLOCKS_DIR) -> dict[str, int]:
     """Every port a Ray head takes, from one block of consecutive free ports below the kernel's
     ephemeral range: the named ports first, then the worker-port range right after them. The range
     cannot overlap a named port by construction (ports picked one by one used to land inside it, and
-    `ray start` refused to start), and no port 0 bind or outgoing connection is given a port in it."""
+    `ray start` refused to start), and no port 0 bind or outgoing connection is given a port in it.
+
+    `blocks`: where the block is recorded as held (None: not recorded), so that no other head on the machine
+    picks an overlapping one until `release_block()` or this process's exit."""
     rng = rng or random.Random()
     size = len(RAY_NAMED_PORTS) + WORKER_PORTS
     low = 10000
     high = ephemeral_range()[0]
     if high - low < 4 * size:
         low, high = ephemeral_range()[1] + 1, 65535
-    for _ in range(tries):
-        base = rng.randrange(low, high - size)
-        if all(port_free(p) for p in range(base, base + size)):
-            ports = {name: base + i for i, name in enumerate(RAY_NAMED_PORTS)}
-            ports["min_worker"] = base + len(RAY_NAMED_PORTS)
-            ports["max_worker"] = base + size - 1
-            return ports
+    if blocks is not None:
+        blocks.mkdir(parents=True, exist_ok=True)
+    with (blocks / ".lock").open("a") if blocks is not None else open(os.devnull) as lock:
+        if blocks is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        held = held_blocks(blocks) if blocks is not None else []
+        for _ in range(tries):
+            base = rng.randrange(low, high - size)
+            if any(abs(base - h) < size for h in held):
+                continue
+            if all(port_free(p) for p in range(base, base + size)):
+                if blocks is not None:
+                    (blocks / str(base)).write_text(str(os.getpid()), encoding="utf-8")
+                ports = {name: base + i for i, name in enumerate(RAY_NAMED_PORTS)}
+                ports["min_worker"] = base + len(RAY_NAMED_PORTS)
+                ports["max_worker"] = base + size - 1
+                return ports
     raise RuntimeError(f"no block of {size} free ports on 127.0.0.1 after {tries} tries")
+
+
+def held_blocks(blocks: Path) -> list[int]:
+    """The first ports of the blocks live heads hold; a block whose owner process is gone is dropped."""
+    held = []
+    for f in blocks.glob("[0-9]*"):
+        try:
+            os.kill(int(f.read_text(encoding="utf-8")), 0)
+        except PermissionError:  # another user's live process
+            pass
+        except (ProcessLookupError, ValueError, OSError):
+            f.unlink(missing_ok=True)
+            continue
+        held.append(int(f.name))
+    return held
+
+
+def release_block(first_port: int, blocks: Path = BLOCKS_DIR) -> None:
+    (blocks / str(first_port)).unlink(missing_ok=True)
 
 
 def port_free(port: int) -> bool:
@@ -81,6 +117,7 @@ class RayHead:
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         ports = ray_ports()
+        self.first_port = ports[RAY_NAMED_PORTS[0]]
         self.dashboard_port = ports["dashboard"]
         cmd = [
             str(Path(sys.executable).parent / "ray"),
@@ -163,3 +200,4 @@ class RayHead:
         if self.proc.poll() is None:
             self.proc.wait(10)
         shutil.rmtree(self.temp, ignore_errors=True)
+        release_block(self.first_port)
