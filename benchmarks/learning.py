@@ -3,7 +3,7 @@ each through `searchrl stage rehearse STAGE --train` (OpenRLHF's own train_ppo_r
 an lr = 0 control of each stage and an independent evaluation of every checkpoint.
 
     python -m benchmarks.learning --stages stage1,stage2 --seeds 3 --out DIR
-        [--steps1 8] [--steps2 30] [--lr 3e-4] [--eval-samples 2] [--options grpo,process,efficiency]
+        [--steps1 8] [--steps2 30] [--lr 3e-4] [--eval-samples 2] [--options grpo,dynamic,process,efficiency]
         [--first-seed K]
     python -m benchmarks.learning --merge DIR [DIR ...] --out DIR   # one report from several runs' seeds
 
@@ -69,12 +69,16 @@ STEP_KEYS = {
     "timing/ppo_train": "training_s",
     "timing/broadcast": "weight_sync_s",
     "timing/make_experience": "make_experience_s",
+    "dynamic_filtering_pass_rate": "filter_pass_rate",
 }
 # Stage-2 variants run beside the default from the same stage-1 checkpoint.
 OPTIONS = {
     "process": ["reward.process_weight=0.2"],
     "efficiency": ["reward.efficiency_weight=0.2"],
     "grpo": ["algorithm=grpo"],
+    # OpenRLHF's filter drops groups whose mean score is 0 or 1; the rehearsal gives it a pool of prompts to draw
+    # replacements from (searchrl/rehearsal/training.py), so its step count follows the filter's pass rate.
+    "dynamic": ["openrlhf.algo.dynamic_filtering_enable=true"],
 }
 
 
@@ -90,7 +94,7 @@ class Servers:
     """A retrieval server on the rehearsal index (for the training runs and the evaluations), a reward server per
     stage for the evaluations, and the Ray head the training runs share."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, parallel: int = 2) -> None:
         self.work = work
         self.procs: list[Any] = []
         index = rehearsal_index()
@@ -98,9 +102,9 @@ class Servers:
         self.procs.append(start_module("search_backend.serve", ["--index", str(index)], port, work / "ret.log", 300))
         self.search_url = f"http://127.0.0.1:{port}"
         self.reward_urls: dict[str, str] = {}
-        # One Ray head for every training run: its start-up is paid once, not once a run. Two logical GPUs: a
-        # stage's run and its lr = 0 control train side by side (each job's DeepSpeed update keeps one core busy).
-        self.head = RayHead(work, num_cpus=8, num_gpus=2)
+        # One Ray head for every training run: its start-up is paid once, not once a run. A logical GPU for each
+        # run that trains side by side: a stage's run, its lr = 0 control and the stage-2 options.
+        self.head = RayHead(work, num_cpus=4 * parallel, num_gpus=parallel)
 
     def reward_url(self, stage: str, overrides: list[str]) -> str:
         key = f"{stage}:{','.join(overrides)}"
@@ -230,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps2", type=int, default=30, help="stage-2 rollout steps")
     p.add_argument("--lr", type=float, default=train_rehearsal.DEFAULT_LR)
     p.add_argument("--eval-samples", type=int, default=2, help="samples per held-out question (100 questions)")
-    p.add_argument("--options", default="", help=f"stage-2 variants run beside the default: {','.join(OPTIONS)}")
+    p.add_argument(
+        "--options", default="", help=f"stage-2 variants trained side by side with the default: {','.join(OPTIONS)}"
+    )
     p.add_argument("--no-control", action="store_true", help="skip the lr = 0 controls")
     p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
     p.add_argument(
@@ -261,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": [],
     }
     exit_on_sigterm()
-    servers = Servers(out)
+    servers = Servers(out, parallel=max(2, 1 + (not args.no_control) + len(options)))
     t0 = time.monotonic()
     try:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -288,7 +294,13 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.no_control:
                     c_out, c_from = home / "control", stage1_final
                     runs2.append(partial(run_stage, "stage2", args.steps2, c_out, 0.0, seed, c_from, [], servers))
-                s2, *c2 = side_by_side(*runs2)
+                for name in options:
+                    o_out, o_flags = home / name, OPTIONS[name]
+                    runs2.append(
+                        partial(run_stage, "stage2", args.steps2, o_out, args.lr, seed, stage1_final, o_flags, servers)
+                    )
+                s2, *rest = side_by_side(*runs2)
+                c2, opts = rest[: len(rest) - len(options)], rest[len(rest) - len(options) :]
                 entry["stage2"] = {"train": s2, "eval": {}}
                 ev2 = entry["stage2"]["eval"]
                 ev2["start"] = evaluate(stage1_final, "stage2", servers, args.eval_samples, seed, [])
@@ -298,10 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                     ev2["control"] = evaluate(
                         Path(c2[0]["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, []
                     )
-                for name in options:
-                    o = run_stage(
-                        "stage2", args.steps2, home / name, args.lr, seed, stage1_final, OPTIONS[name], servers
-                    )
+                for name, o in zip(options, opts, strict=True):
                     entry["stage2"][name] = o
                     ev2[name] = evaluate(Path(o["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, [])
                 if seed == 0:
@@ -437,10 +446,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
         for s in report["seeds"]:
             if stage not in s:
                 continue
-            for run, style in (("train", "-"), ("control", "--"), ("grpo", ":")):
+            for run, style in (("train", "-"), ("control", "--"), ("grpo", ":"), ("dynamic", "-.")):
                 if run in s[stage]:
                     log = s[stage][run]["steps_log"]
-                    label = f"seed {s['seed']}" + {"train": "", "control": " lr=0", "grpo": " GRPO"}[run]
+                    tag = {"train": "", "control": " lr=0", "grpo": " GRPO", "dynamic": " dyn. filter"}[run]
+                    label = f"seed {s['seed']}{tag}"
                     ax.plot([r["step"] for r in log], [r.get(key, 0) for r in log], style, label=label)
         ax.set_title(title)
         ax.set_xlabel("rollout step")

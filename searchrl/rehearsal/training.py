@@ -43,6 +43,8 @@ ENTRY = "openrlhf.cli.train_ppo_ray"
 # The tiny policy's learning rate (R1-Searcher's 7B policies: 2e-6). At 1e-3 stage 1 learns the format as fast
 # but wears off the warm start's copying (queries naming the person 0.5 -> 0.04-0.10), so stage 2 cannot learn.
 DEFAULT_LR = 3e-4
+# The prompt pool under dynamic filtering, in step counts' worth of prompts (see prompt_pool()).
+DYNAMIC_FILTERING_POOL = 1.5
 
 
 def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> list[str]:
@@ -157,6 +159,13 @@ def _clean(*paths: Path) -> None:
             p.unlink()
 
 
+def prompt_pool(flags: dict[str, Any]) -> float:
+    """How many step counts' worth of prompts the run gets. Dynamic filtering draws a new prompt for every group it
+    drops, and OpenRLHF's run ends when the prompts do: a pool of 1.5x lets it fill about `steps` batches at the
+    pass rates seen here, and bounds the run at 1.5x `steps`."""
+    return DYNAMIC_FILTERING_POOL if flags.get("algo.dynamic_filtering_enable") else 1
+
+
 def previous_checkpoint_missing(out: Path) -> str | None:
     resolved = out / "stage1_format.resolved.json"
     if not resolved.is_file():
@@ -229,10 +238,16 @@ def train(
     base = plan_stage(stage_name, model, [*start, *overrides])
     cpu = cpu_overrides(base["flags"], lr)
     prompts_per_step = next(o.value for o in cpu if o.flag == "rollout.batch_size")
-    data = prepare_prompts(stage, str(base["stage"].model), steps * prompts_per_step, work)
+    pool = prompt_pool(base["flags"])
+    data = prepare_prompts(stage, str(base["stage"].model), round(steps * prompts_per_step * pool), work)
+    episodes = (
+        f"--steps {steps}: one pass over {steps} rollout batches"
+        if pool == 1
+        else f"--steps {steps} under dynamic filtering: one pass over {pool} x {steps} batches of prompts"
+    )
     run = [
         Override("data.prompt_dataset", str(data), "the rehearsal's questions, prepared by the stage's own script"),
-        Override("train.num_episodes", 1, f"--steps {steps}: one pass over {steps} rollout batches"),
+        Override("train.num_episodes", 1, episodes),
         Override("ckpt.output_dir", str(final), "the rehearsal's own folders"),
         Override("ckpt.path", str(ckpt), "the rehearsal's own folders"),
         Override("logger.tensorboard_dir", str(tb), "the rehearsal's own folders"),
@@ -308,6 +323,7 @@ def train(
         "stage": stage,
         "entry": ENTRY,
         "steps": len(curves),
+        "prompt_pool": pool,
         "train_steps": train_steps,
         "pretrain": str(plan["policy"]),
         "pretrain_source": plan["policy_source"],
@@ -342,7 +358,8 @@ def main(stage_name: str, model: str | None, overrides: list[str], steps: int, *
     print(step_table(curves))
     print(json.dumps(result))
     held = (
-        result["steps"] >= steps
+        # Under dynamic filtering the step count follows the filter's pass rate (see prompt_pool()).
+        result["steps"] >= (steps if result["prompt_pool"] == 1 else 1)
         and result["weights_synced_equal_saved"]
         and result["extra_logs_keys_consistent"]
         and result["resumed"] is not False
