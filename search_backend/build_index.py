@@ -42,6 +42,7 @@ from search_backend.index_layout import (
     write_json_atomic,
 )
 from search_backend.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
+from search_backend.onnx_encoder import BACKENDS
 from search_backend.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
 from search_backend.shards import shard_path, shard_paths, split_ranges, write_shard
 from search_backend.store import PassageStore, write_store
@@ -118,13 +119,16 @@ def encode_shard_range(
     batch_size: int,
     max_seq_length: int | None,
     report: Callable[[str, float], None],
+    encoder_backend: str = "torch",
 ) -> None:
     """Encode the given shards on one device, each as one length-sorted chunk, writing each when it is done.
 
     `report("loaded", seconds)` once the model is up, then `report("passages", n)` after every batch.
     """
     started = time.perf_counter()
-    encoder = Encoder(model, device=device, profile=PROFILES[profile_name], max_seq_length=max_seq_length)
+    encoder = Encoder(
+        model, device=device, profile=PROFILES[profile_name], max_seq_length=max_seq_length, backend=encoder_backend
+    )
     store = PassageStore(out / STORE_DIR)
     report("loaded", time.perf_counter() - started)
     n = len(store)
@@ -145,6 +149,7 @@ def _worker(
     batch_size: int,
     max_seq_length: int | None,
     messages: mp.Queue,
+    encoder_backend: str,
 ) -> None:
     encode_shard_range(
         out,
@@ -156,6 +161,7 @@ def _worker(
         batch_size,
         max_seq_length,
         lambda kind, value: messages.put((kind, value)),
+        encoder_backend,
     )
 
 
@@ -168,6 +174,7 @@ def run_device_workers(
     batch_size: int,
     max_seq_length: int | None,
     bar: tqdm,
+    encoder_backend: str = "torch",
 ) -> float:
     """One spawned process per device over its disjoint run of shards; returns the slowest model load time."""
     ctx = mp.get_context("spawn")
@@ -177,7 +184,18 @@ def run_device_workers(
             target=_worker,
             name=f"encode-{device}",
             daemon=True,
-            args=(out, shards, shard_size, model, profile_name, device, batch_size, max_seq_length, messages),
+            args=(
+                out,
+                shards,
+                shard_size,
+                model,
+                profile_name,
+                device,
+                batch_size,
+                max_seq_length,
+                messages,
+                encoder_backend,
+            ),  # fmt: skip
         )
         for device, shards in plan
     ]
@@ -220,6 +238,7 @@ def encode_shards(
     shard_size: int,
     max_seq_length: int | None,
     checksum: str,
+    encoder_backend: str = "torch",
 ) -> tuple[list[Path], int, dict]:
     """Encode every shard not already finished for this corpus; returns (shards, dimension, timings)."""
     n = len(PassageStore(out / STORE_DIR))
@@ -271,12 +290,13 @@ def encode_shards(
                 batch_size,
                 max_seq_length,
                 lambda kind, value: loads.append(value) if kind == "loaded" else bar.update(value),
+                encoder_backend,
             )
             timings["model_load_seconds"] = loads[0]
         else:
             log.info("encoding on %d devices: %s", len(plan), ", ".join(f"{d}: {len(s)} shards" for d, s in plan))
             timings["model_load_seconds"] = run_device_workers(
-                out, plan, shard_size, model, profile_name, batch_size, max_seq_length, bar
+                out, plan, shard_size, model, profile_name, batch_size, max_seq_length, bar, encoder_backend
             )
         timings["encode_seconds"] = time.perf_counter() - started
         bar.close()
@@ -352,6 +372,7 @@ def build(
     max_seq_length: int | None = None,
     index_type: str = "faiss",
     bm25: bool = False,
+    encoder_backend: str = "torch",
 ) -> dict:
     """Build (or finish building) an index directory; returns the manifest."""
     from search_backend.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
@@ -371,7 +392,7 @@ def build(
     checksum = file_sha256(corpus)
     store_info = build_store(corpus, fmt, out, checksum, max_bad_lines, max_bad_fraction)
     shards, dimension, timings = encode_shards(
-        out, model, profile_name, devices, batch_size, shard_size, max_seq_length, checksum
+        out, model, profile_name, devices, batch_size, shard_size, max_seq_length, checksum, encoder_backend
     )
     n = store_info["passages"]
     wanted = factory if factory is not None else default_factory(index_type, dimension, store_info["passages"])
@@ -479,6 +500,13 @@ def parser() -> argparse.ArgumentParser:
         help="passages per embedding shard: the unit of resumption, of length sorting and of the split across GPUs",
     )
     p.add_argument("--max-seq-length", type=int, default=None, help="truncate passages to this many tokens")
+    p.add_argument(
+        "--encoder-backend",
+        choices=BACKENDS,
+        default="torch",
+        help="passage encoder on CPU: auto (ONNX Runtime where its vectors match PyTorch's at load), torch, onnx, "
+        "onnx-int8 (opt-in: approximate vectors); GPUs always run PyTorch",
+    )
     p.add_argument("--train-size", type=int, default=1_000_000, help="vectors sampled to train IVF/PQ/SQ")
     p.add_argument("--bm25", action="store_true", help="also build the BM25 index (bm25s) beside the dense one")
     p.add_argument(
@@ -514,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
             max_bad_fraction=args.max_bad_fraction,
             train_size=args.train_size,
             max_seq_length=args.max_seq_length,
+            encoder_backend=args.encoder_backend,
             index_type=args.index_type,
             bm25=args.bm25,
         )

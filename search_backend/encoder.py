@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
+from search_backend import onnx_encoder
 from search_backend.profiles import DEFAULT_MODEL, ModelProfile, profile_for, resolve_model
 
 log = logging.getLogger(__name__)
@@ -16,6 +18,16 @@ log = logging.getLogger(__name__)
 # padded to its own longest query rather than the batch's, which costs less per query (the server's figures with
 # --forward-batch 64 beside it: docs/BENCHMARKS.md#retrieval-server). A GPU runs the whole batch in one pass.
 CPU_FORWARD_BATCH = 16
+# The ONNX check at load: texts of unequal length, so one batch carries padding, as a server's batches do.
+PROBE = [
+    "which river flows through the capital of the country",
+    "who",
+    "the physicist who won the 1921 Nobel Prize and the theory he is best known for, explained in full",
+]
+# fp32 ONNX vectors must equal PyTorch's to this (unit vectors: a cosine of at least 0.99999); int8's are opt-in and
+# only sanity-checked (their recall against fp32 is measured in docs/SEARCH.md).
+ONNX_TOLERANCE = 1e-5
+INT8_MIN_COSINE = 0.98
 
 
 class Encoder:
@@ -26,7 +38,13 @@ class Encoder:
         profile: ModelProfile | None = None,
         max_seq_length: int | None = None,
         forward_batch: int | None = None,
+        backend: str = "torch",
     ) -> None:
+        """`backend`: torch, onnx (ONNX Runtime, fp32), onnx-int8, or auto: onnx on a CPU when its vectors match
+        PyTorch's on a probe at load, PyTorch otherwise (a GPU always runs PyTorch, in fp16). The default stays
+        torch until the ONNX path is measured against the peers' servers (docs/SEARCH.md)."""
+        if backend not in onnx_encoder.BACKENDS:
+            raise ValueError(f"encoder backend {backend!r}: choose one of {', '.join(onnx_encoder.BACKENDS)}")
         path = resolve_model(model)
         if path != model or os.path.isdir(path):
             # A local copy must never trigger a hub look-up: these machines have no route to it.
@@ -53,7 +71,64 @@ class Encoder:
         self._check_pooling()
         self.direct = self._plain_text_pipeline()
         self._preprocess = getattr(self.model, "preprocess", None) or self.model.tokenize  # ST < 6: tokenize
+        self.onnx: onnx_encoder.OnnxTransformer | None = None
         self.pooler_dropped = self.direct and self._drop_unused_pooler()
+        self.backend = self._select_backend(backend, path)
+
+    def _select_backend(self, asked: str, path: str) -> str:
+        """The backend that runs, and why when it is not the one asked for (see __init__)."""
+        if asked == "torch":
+            return "torch"
+        reason = None
+        if self.device != "cpu":
+            reason = f"ONNX Runtime runs on CPU here; on {self.device} the encoder is PyTorch's (fp16)"
+        reason = reason or onnx_encoder.available()
+        if reason is None and not self.direct:
+            reason = "the model's pipeline has modules beyond a transformer, pooling, dense layers and normalisation"
+        model_dir = _local_dir(path)
+        if reason is None and model_dir is None:
+            reason = f"{path} is not a local model folder (the export is keyed by its files)"
+        if reason is not None:
+            if asked != "auto":
+                raise ValueError(f"encoder backend {asked}: {reason}")
+            log.info("encoder: PyTorch (%s)", reason)
+            return "torch"
+        import torch
+
+        int8 = asked == "onnx-int8"
+        try:
+            features = self._features(PROBE)
+            auto_model = self.model[0].auto_model
+            self.onnx = onnx_encoder.OnnxTransformer(auto_model, model_dir, features, int8, torch.get_num_threads())
+        except Exception as exc:  # noqa: BLE001 - any export or session failure leaves the PyTorch path working
+            log.warning("encoder: ONNX Runtime unavailable for %s (%s); using PyTorch", self.model_name, exc)
+            return "torch"
+        onnx_vectors = self._forward(PROBE)
+        self.onnx, session = None, self.onnx
+        torch_vectors = self._forward(PROBE)
+        diff = float(np.abs(onnx_vectors - torch_vectors).max())
+        cosine = float(np.min(np.sum(onnx_vectors * torch_vectors, axis=1) / (
+            np.linalg.norm(onnx_vectors, axis=1) * np.linalg.norm(torch_vectors, axis=1))))  # fmt: skip
+        self.onnx_check = {"max_abs_diff": diff, "min_cosine": cosine}
+        if (int8 and cosine < INT8_MIN_COSINE) or (not int8 and diff > ONNX_TOLERANCE):
+            log.warning(
+                "encoder: ONNX Runtime's vectors differ from PyTorch's on the probe (max |diff| %.2g, min cosine "
+                "%.6f; allowed %s); using PyTorch",
+                diff,
+                cosine,
+                f"cosine {INT8_MIN_COSINE}" if int8 else f"|diff| {ONNX_TOLERANCE:g}",
+            )
+            return "torch"
+        self.onnx = session
+        return asked if asked != "auto" else "onnx"
+
+    def _features(self, texts: list[str]) -> dict:
+        import torch
+
+        return {
+            name: value.to(self.device) if isinstance(value, torch.Tensor) else value
+            for name, value in self._preprocess(texts).items()
+        }
 
     def _check_pooling(self) -> None:
         for module in self.model:
@@ -108,16 +183,28 @@ class Encoder:
         import torch
 
         with torch.inference_mode():
-            features = {
-                name: value.to(self.device) if isinstance(value, torch.Tensor) else value
-                for name, value in self._preprocess(texts).items()
-            }
-            vectors = self.model(features)["sentence_embedding"]
+            features = self._features(texts)
+            if self.onnx is not None:
+                # The exported transformer, then sentence-transformers' own pooling, dense and normalise modules.
+                features["token_embeddings"] = torch.from_numpy(self.onnx(features))
+                for module in list(self.model)[1:]:
+                    features = module(features)
+                vectors = features["sentence_embedding"]
+            else:
+                vectors = self.model(features)["sentence_embedding"]
             if self.profile.normalize:
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
             return np.ascontiguousarray(vectors.float().cpu().numpy(), dtype=np.float32)
 
     def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        if self.onnx is not None:
+            # As `encode` batches (longest first, by characters), through the ONNX session.
+            order = np.argsort([-len(t) for t in texts], kind="stable")
+            out = np.empty((len(texts), self.dimension), dtype=np.float32)
+            for lo in range(0, len(texts), batch_size):
+                rows = order[lo : lo + batch_size]
+                out[rows] = self._forward([texts[i] for i in rows])
+            return out
         vectors = self.model.encode(
             texts,
             batch_size=batch_size,
@@ -186,6 +273,18 @@ class Encoder:
             if on_batch is not None:
                 on_batch(len(rows))
         return out
+
+
+def _local_dir(path: str) -> Path | None:
+    """The model's folder: `path` itself, or its snapshot in the Hugging Face cache (never fetched)."""
+    if os.path.isdir(path):
+        return Path(path)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(path, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached, or not a repository name
+        return None
 
 
 def passage_text(title: str, text: str) -> str:

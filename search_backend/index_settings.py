@@ -41,6 +41,11 @@ class IndexSettings(BaseModel):
         description="queries per encoder forward pass: a batch runs shortest first in chunks of this size "
         "(default: 16 on CPU, the whole batch on CUDA)",
     )
+    encoder_backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        default="torch",
+        description="query encoder on CPU: auto (ONNX Runtime where its vectors match PyTorch's at load), torch, "
+        "onnx, onnx-int8 (opt-in: approximate vectors); CUDA always runs PyTorch",
+    )
     hybrid: HybridConfig = Field(default_factory=HybridConfig, description="fusion settings, for backend: hybrid")
 
     def index_settings(self) -> dict:

@@ -56,6 +56,7 @@ class LocalFaissBackend:
         rerank_depth: int = DEFAULT_RERANK_DEPTH,
         devices: list[str] | None = None,
         forward_batch: int | None = None,
+        encoder_backend: str = "torch",
     ) -> None:
         self.index_dir = Path(index_dir)
         self.manifest = load_manifest(self.index_dir)
@@ -86,6 +87,7 @@ class LocalFaissBackend:
                 profile=profile,
                 max_seq_length=self.manifest.get("build", {}).get("max_seq_length"),
                 forward_batch=forward_batch,
+                backend=encoder_backend,
             )
         if encoder.dimension != self.manifest["dimension"]:
             raise IndexValidationError(
@@ -108,6 +110,7 @@ class LocalFaissBackend:
             ef_search=config.ef_search,
             rerank_depth=config.rerank_depth,
             forward_batch=config.forward_batch,
+            encoder_backend=config.encoder_backend,
         )
 
     def _load(

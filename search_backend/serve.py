@@ -454,6 +454,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rrf-k", type=float, default=HybridConfig().rrf_k, help="hybrid: reciprocal-rank offset")
     p.add_argument("--ef-search", type=int, default=_default("ef_search"), help=_help("ef_search"))
     p.add_argument("--forward-batch", type=int, default=_default("forward_batch"), help=_help("forward_batch"))
+    p.add_argument(
+        "--encoder-backend",
+        choices=("auto", "torch", "onnx", "onnx-int8"),
+        default=_default("encoder_backend"),
+        help=_help("encoder_backend"),
+    )
     p.add_argument("--no-batching", action="store_true", help="run each request on its own")
     p.add_argument(
         "--max-batch", type=int, default=_default("max_batch"), help="most queries coalesced into one batch"
@@ -511,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         nprobe=args.nprobe,
         ef_search=args.ef_search,
         forward_batch=args.forward_batch,
+        encoder_backend=args.encoder_backend,
         batching=not args.no_batching,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,

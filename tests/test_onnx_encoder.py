@@ -1,0 +1,110 @@
+"""The ONNX Runtime encoder: exported here from the bundled MiniLM (no hub), its vectors equal to PyTorch's for every
+model profile, an index built with it ranking as one built with PyTorch, a failed check falling back with a warning,
+and the export made once per model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import typing
+
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer, models
+
+from search_backend import encoder as encoder_module
+from search_backend import onnx_encoder
+from search_backend.build_index import build
+from search_backend.encoder import Encoder
+from search_backend.index_settings import IndexSettings
+from search_backend.local_faiss import LocalFaissBackend
+from search_backend.profiles import DEFAULT_MODEL, PROFILES, bundled_model_path
+from search_backend.serve import parser as serve_parser
+from tests.conftest import FIXTURES
+
+QUERIES = [json.loads(line)["query"] for line in (FIXTURES / "search/kiltmini_queries.jsonl").open()]
+HELD_OUT = (FIXTURES / "search/queries_1000.txt").read_text(encoding="utf-8").splitlines()[-40:]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache(tmp_path_factory, request):
+    """One export cache for the module, not the user's: the tests see exports made here only."""
+    path = tmp_path_factory.mktemp("onnx_cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SEARCHRL_CACHE", str(path))
+    request.addfinalizer(mp.undo)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cls_model(tmp_path_factory):
+    """MiniLM's transformer under CLS pooling, as bge pools: a model folder made here."""
+    out = tmp_path_factory.mktemp("minilm_cls")
+    word = models.Transformer(str(bundled_model_path()))
+    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
+    SentenceTransformer(modules=[word, pooling, models.Normalize()]).save(str(out))
+    return str(out)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.parametrize("profile", ["minilm", "e5", "bge"])
+def test_onnx_vectors_equal_pytorch_for_every_profile(profile, cls_model):
+    model = cls_model if profile == "bge" else DEFAULT_MODEL
+    onnx = Encoder(model, profile=PROFILES[profile], backend="onnx")
+    torch_ = Encoder(model, profile=PROFILES[profile], backend="torch")
+    assert onnx.backend == "onnx" and onnx.onnx is not None and torch_.onnx is None
+    for texts in (QUERIES[:30], HELD_OUT[:30]):
+        one_by_one = np.vstack([onnx.encode_queries([q]) for q in texts[:10]])
+        want = np.vstack([torch_.encode_queries([q]) for q in texts[:10]])
+        assert np.abs(one_by_one - want).max() <= 1e-5 and cosines(one_by_one, want).min() >= 0.99999
+        batched, want = onnx.encode_queries(texts), torch_.encode_queries(texts)
+        assert np.abs(batched - want).max() <= 1e-5 and cosines(batched, want).min() >= 0.99999
+        passages, want = onnx.encode_passages(texts, batch_size=16), torch_.encode_passages(texts, batch_size=16)
+        assert np.abs(passages - want).max() <= 1e-5
+
+
+def test_auto_picks_onnx_on_cpu_and_the_export_is_made_once(cache):
+    first = Encoder(backend="auto")
+    assert first.backend == "onnx" and first.onnx_check["max_abs_diff"] <= encoder_module.ONNX_TOLERANCE
+    folders = [p for p in cache.iterdir() if p.is_dir()]
+    mtime = first.onnx.path.stat().st_mtime_ns
+    second = Encoder(backend="auto")
+    assert second.onnx.path == first.onnx.path and second.onnx.path.stat().st_mtime_ns == mtime
+    assert [p for p in cache.iterdir() if p.is_dir()] == folders
+
+
+def test_a_failed_check_falls_back_to_pytorch_with_the_reason(monkeypatch, caplog):
+    monkeypatch.setattr(encoder_module, "ONNX_TOLERANCE", 0.0)
+    with caplog.at_level(logging.WARNING, logger="search_backend.encoder"):
+        enc = Encoder(backend="onnx")
+    assert enc.backend == "torch" and enc.onnx is None
+    assert "differ from PyTorch's" in caplog.text and "using PyTorch" in caplog.text
+
+
+def test_int8_is_opt_in_and_close():
+    enc = Encoder(backend="onnx-int8")
+    assert enc.backend == "onnx-int8" and enc.onnx.path.name == "model.int8.onnx"
+    assert enc.onnx_check["min_cosine"] >= encoder_module.INT8_MIN_COSINE and enc.onnx_check["max_abs_diff"] > 1e-5
+
+
+def test_bad_backend_names_the_choices():
+    with pytest.raises(ValueError, match="torch, onnx, onnx-int8"):
+        Encoder(backend="tensorrt")
+    assert typing.get_args(IndexSettings.model_fields["encoder_backend"].annotation) == onnx_encoder.BACKENDS
+    assert serve_parser().parse_args(["--index", "x", "--encoder-backend", "torch"]).encoder_backend == "torch"
+    assert serve_parser().parse_args(["--index", "x"]).encoder_backend == "torch"
+
+
+def test_an_index_built_with_onnx_ranks_as_one_built_with_pytorch(tmp_path):
+    corpus = FIXTURES / "search/kiltmini_passages.jsonl"
+    tops = {}
+    for backend in ("onnx", "torch"):
+        out = tmp_path / backend
+        build(corpus, "jsonl", out, index_type="exact", encoder_backend=backend)
+        search = LocalFaissBackend(out, encoder_backend=backend)
+        assert search.encoder.backend == backend
+        tops[backend] = [[p.id for p in hits] for hits in search.search_sync(QUERIES, 10)]
+    assert tops["onnx"] == tops["torch"]
