@@ -14,6 +14,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -832,12 +833,13 @@ LEARNING_KEYS = ("score", "em", "reward", "searches_per_episode", "response_leng
 COPY_KEYS = ("names_rate", "doc_city", "swapped_shown_city", "swapped_gold", "top_city_share")
 
 
-def learning() -> str:
-    """The learning run: every checkpoint's independent evaluation, per seed and as a mean, with the targets."""
-    d = load("learning")
+def learning(name: str = "learning", targets: bool = True) -> str:
+    """A learning run: every checkpoint's independent evaluation, per seed and as a mean, and the targets (not for
+    a run of the stage-2 options, whose runs have no lr = 0 control)."""
+    d = load(name)
     st = d["settings"]
     head = source(
-        "learning",
+        name,
         d,
         f" {len(d['seeds'])} seed(s); stage 1 {st['steps1']} and stage 2 {st['steps2']} rollout steps of 8 prompts x "
         f"8 samples, lr {st['lr']:g}; each checkpoint sampled on "
@@ -847,7 +849,7 @@ def learning() -> str:
     rows = []
     for stage, metric, names in (
         ("stage1", "score", ("warm_start", "final", "control")),
-        ("stage2", "em", ("start", "final", "control", "grpo", "process", "efficiency")),
+        ("stage2", "em", ("start", "final", "control", "grpo", "dynamic", "process", "efficiency")),
     ):
         for name in names:
             per_seed = [s[stage]["eval"][name] for s in d["seeds"] if stage in s and name in s[stage]["eval"]]
@@ -879,10 +881,12 @@ def learning() -> str:
     steps = d["summary"].get("stage2", {}).get("steps_to_em_0.5")
     if steps:
         body += "\n\nRollout steps to a training-batch EM of 0.5 (per seed; `-`: not within the run): " + "; ".join(
-            f"{ {'train': 'REINFORCE++'}.get(run, run) }: "
+            f"{ {'train': 'REINFORCE++', 'grpo': 'GRPO', 'dynamic': 'dynamic filtering'}.get(run, run) }: "
             + " / ".join("-" if v is None else str(v) for v in per.values())
             for run, per in steps.items()
         )
+    if not targets:
+        return f"{head}\n\n{body}"
     targets = "; ".join(
         f"{stage}: " + ", ".join(f"{k.replace('_', ' ')} {'met' if v else 'NOT met'}" for k, v in t["targets"].items())
         for stage, t in d["summary"].items()
@@ -909,6 +913,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "gmtrouter": gmtrouter,
     "router-cost": router_cost,
     "learning": learning,
+    "learning-options": partial(learning, "learning_options", targets=False),
 }
 
 
