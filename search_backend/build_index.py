@@ -179,23 +179,13 @@ def run_device_workers(
     """One spawned process per device over its disjoint run of shards; returns the slowest model load time."""
     ctx = mp.get_context("spawn")
     messages = ctx.Queue()
+    sizes = (batch_size, max_seq_length)
     workers = [
         ctx.Process(
             target=_worker,
             name=f"encode-{device}",
             daemon=True,
-            args=(
-                out,
-                shards,
-                shard_size,
-                model,
-                profile_name,
-                device,
-                batch_size,
-                max_seq_length,
-                messages,
-                encoder_backend,
-            ),  # fmt: skip
+            args=(out, shards, shard_size, model, profile_name, device, *sizes, messages, encoder_backend),
         )
         for device, shards in plan
     ]
