@@ -75,9 +75,15 @@ def encode() -> str:
         f" {dev['passages']} held-out passages (lines {d['slice']['offset']} on of `{d['slice']['corpus']}`), "
         f"{d['model']}, {dev['device']}, batch {dev['batch_size']}, {rounds} rounds alternating which runs first",
     )
+    builders = dev.get("builders") or {
+        dev.get("builder_backend", "torch"): {"passages_per_s": dev["builder_passages_per_s"]}
+    }
     rows = [
         ("raw `SentenceTransformer.encode(texts)`", dev["raw_passages_per_s"]),
-        ("builder (store to fp16 shards, model load excluded)", dev["builder_passages_per_s"]),
+        *(
+            (f"builder, {name} encoder (store to fp16 shards, model load excluded)", b["passages_per_s"])
+            for name, b in builders.items()
+        ),
         (
             f"previous builder's way ({dev['batch_size']} passages per call, corpus order)",
             dev["unsorted_per_batch_passages_per_s"],
@@ -86,6 +92,14 @@ def encode() -> str:
     body = table(
         ["", "passages/s per round", "median"],
         [(label, ", ".join(num(v) for v in r), num(sorted(r)[len(r) // 2])) for label, r in rows],
+    )
+    by_backend = table(
+        ["builder's encoder", "median builder / raw", f"median builder / {next(iter(builders))} builder"],
+        [
+            (name, num(b["median_ratio_to_raw"], 2), num(b["median_ratio_to_first"], 2))
+            for name, b in builders.items()
+            if "median_ratio_to_raw" in b
+        ],
     )
     ratios = table(
         ["builder / raw per round", "median ratio", "ratio of medians", "previous way / raw, ratio of medians"],
@@ -99,7 +113,8 @@ def encode() -> str:
         ],
     )
     padding = table(["tokens computed for the slice", "count"], [(k, f"{v:,}") for k, v in pad.items()])
-    return f"{head}\n\n{body}\n\n{ratios}\n\n{padding}"
+    parts = [head, body, ratios] + ([by_backend] if len(builders) > 1 else []) + [padding]
+    return "\n\n".join(parts)
 
 
 def scale() -> str:
@@ -336,12 +351,11 @@ def _paired(rounds: dict[str, list[float]], ours: str, theirs: str | None) -> st
     return num(ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2, 2)
 
 
-def retrieval_server() -> str:
-    d = load("retrieval")
-    s = d["servers"]
+def _server_rates(name: str, s: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The header, the rates and the CPU-per-request tables of a side-by-side server run, and the server names."""
     held = s["held_out"]
     head = source(
-        "retrieval",
+        name,
         s,
         f" {s['passages']} held-out passages (lines {held['offset']} on of `{held['corpus']}`), flat index, "
         f"{s['queries']:,} distinct real queries, one per request, top {s['top_k']}, result cache off; "
@@ -383,6 +397,13 @@ def retrieval_server() -> str:
         ["server CPU ms per request (in process: per query)", *levels],
         [row(n, lambda c, n=n: n, cpu) for n in names] + in_process_rows(cpu),
     )
+    return [head, rates, cpu_table], names
+
+
+def retrieval_server() -> str:
+    s = load("retrieval")["servers"]
+    (head, rates, cpu_table), names = _server_rates("retrieval", s)
+    levels = list(s["median_requests_per_s"])
     rounds = s["requests_per_s"]
     one = "searchrl --threads 1"
     ratios = table(
@@ -435,6 +456,78 @@ def retrieval_server() -> str:
             )
         )
     return "\n\n".join([*parts, commands])
+
+
+def retrieval_encoder() -> str:
+    s = load("retrieval_encoder")["servers"]
+    parts, _ = _server_rates("retrieval_encoder", s)
+    rounds = s["requests_per_s"]
+    torch_ = "searchrl --encoder-backend torch"
+    ratios = table(
+        [
+            "concurrency",
+            "`/retrieve` / Search-R1, as shipped",
+            "`/queries` / R1-Searcher, as shipped",
+            "`--threads 1` / Search-R1, 1 thread",
+            "`--threads 1` / R1-Searcher, 1 thread",
+            "`/search` (`auto`) / `--encoder-backend torch`",
+            "`/search` (`auto`) / `--encoder-backend onnx`",
+            "`onnx-int8` / `--encoder-backend torch`",
+        ],
+        [
+            (
+                c,
+                f"**{_paired(rounds[c], 'searchrl /retrieve', 'Search-R1 /retrieve')}**",
+                f"**{_paired(rounds[c], 'searchrl /queries', 'R1-Searcher /queries')}**",
+                _paired(rounds[c], "searchrl --threads 1", "Search-R1 /retrieve (1 thread)"),
+                _paired(rounds[c], "searchrl --threads 1", "R1-Searcher /queries (1 thread)"),
+                _paired(rounds[c], "searchrl /search", torch_),
+                _paired(rounds[c], "searchrl /search", "searchrl --encoder-backend onnx"),
+                _paired(rounds[c], "searchrl --encoder-backend onnx-int8", torch_),
+            )
+            for c in rounds
+        ],
+    )
+    commands = table(["process", "command"], [(name, f"`{cmd}`") for name, cmd in s["processes"].items()])
+    note = "Ratios: the median over rounds of the ratio within a round."
+    return "\n\n".join([*parts, note, ratios, commands])
+
+
+def encoder_backends() -> str:
+    d = load("encoder_backends")
+    lone = d["lone_query"]
+    head = source(
+        "encoder_backends",
+        d,
+        f" kiltmini, {d['passages']:,} passages, {d['queries']:,} real queries, {d['model']}, Flat index; each "
+        f"index built and queried with its backend (PyTorch's queries run on the fp32 index); lone queries: "
+        f"{len(lone['queries_per_s']['torch'])} alternating rounds, medians, {d['machine']['torch_threads']} threads",
+    )
+    names = list(d["recall_at_10_vs_fp32"])
+    body = table(
+        [
+            "encoder backend",
+            "recall@10 vs fp32 ONNX",
+            "same top-10 as fp32",
+            "R1-Searcher's top-1 in top-1 / 3 / 10",
+            "index build encode s",
+            "lone queries/s",
+            "vs PyTorch",
+        ],
+        [
+            (
+                f"`{n}`",
+                f"**{num(d['recall_at_10_vs_fp32'][n], 3)}**",
+                num(d["same_top_10_vs_fp32"][n], 3),
+                " / ".join(num(v, 3) for v in d["r1_top1_recall"][n].values()),
+                num(d["build"].get(n, {}).get("encode_seconds")),
+                num(lone["median_queries_per_s"][n]),
+                num(lone["median_ratio_to_torch"][n], 2),
+            )
+            for n in names
+        ],
+    )
+    return f"{head}\n\n{body}"
 
 
 def threads() -> str:
@@ -903,6 +996,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "retrieval": retrieval,
     "retrieval-projection": retrieval_projection,
     "retrieval-server": retrieval_server,
+    "retrieval-encoder": retrieval_encoder,
+    "encoder-backends": encoder_backends,
     "threads": threads,
     "reward-server": reward_server,
     "load": load_table,

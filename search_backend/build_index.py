@@ -494,8 +494,9 @@ def parser() -> argparse.ArgumentParser:
         "--encoder-backend",
         choices=BACKENDS,
         default="torch",
-        help="passage encoder on CPU: auto (ONNX Runtime where its vectors match PyTorch's at load), torch, onnx, "
-        "onnx-int8 (opt-in: approximate vectors); GPUs always run PyTorch",
+        help="passage encoder on CPU: torch (default: batches of long passages ran 1.3x as fast as under ONNX "
+        "Runtime, docs/BENCHMARKS.md#encoding), onnx, auto (ONNX Runtime where its vectors match PyTorch's at load), "
+        "onnx-int8 (approximate vectors); GPUs always run PyTorch",
     )
     p.add_argument("--train-size", type=int, default=1_000_000, help="vectors sampled to train IVF/PQ/SQ")
     p.add_argument("--bm25", action="store_true", help="also build the BM25 index (bm25s) beside the dense one")

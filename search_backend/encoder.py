@@ -28,6 +28,10 @@ PROBE = [
 # only sanity-checked (their recall against fp32 is measured in docs/SEARCH.md).
 ONNX_TOLERANCE = 1e-5
 INT8_MIN_COSINE = 0.98
+# Under `auto`, the largest forward pass ONNX Runtime runs; larger ones run in PyTorch. ONNX Runtime saves the per-
+# operator dispatch that dominates a lone query (1.96x PyTorch's rate for one query on 2 threads, 1.25x for 4), but
+# PyTorch's kernels win once a pass holds more text (0.70x at 8 queries, 0.81x at 16; a scratch sweep on 2 cores).
+ONNX_MAX_ROWS = 4
 
 
 class Encoder:
@@ -38,11 +42,12 @@ class Encoder:
         profile: ModelProfile | None = None,
         max_seq_length: int | None = None,
         forward_batch: int | None = None,
-        backend: str = "torch",
+        backend: str = "auto",
     ) -> None:
-        """`backend`: torch, onnx (ONNX Runtime, fp32), onnx-int8, or auto: onnx on a CPU when its vectors match
-        PyTorch's on a probe at load, PyTorch otherwise (a GPU always runs PyTorch, in fp16). The default stays
-        torch until the ONNX path is measured against the peers' servers (docs/SEARCH.md)."""
+        """`backend`: torch, onnx (ONNX Runtime, fp32), onnx-int8, or auto: on a CPU, ONNX Runtime for passes of up
+        to ONNX_MAX_ROWS texts and PyTorch for larger ones when its vectors match PyTorch's on a probe at load,
+        PyTorch alone otherwise (a GPU always runs PyTorch, in fp16). `onnx_check` holds
+        the probe's comparison whenever an ONNX backend was tried."""
         if backend not in onnx_encoder.BACKENDS:
             raise ValueError(f"encoder backend {backend!r}: choose one of {', '.join(onnx_encoder.BACKENDS)}")
         path = resolve_model(model)
@@ -58,10 +63,13 @@ class Encoder:
         self.model = SentenceTransformer(path, device=device)
         # Inference only: `encode` switches to eval mode on every call, the direct path relies on this once.
         self.model.eval()
-        # fp16 halves memory traffic on GPUs at no retrieval cost; CPUs have no fast fp16 kernels.
+        # fp16 halves memory traffic on GPUs at no retrieval cost; CPUs have no fast fp16 kernels, and a checkpoint
+        # stored in fp16 or bf16 loads in that type (transformers >= 5), so a CPU model is made fp32 whatever it was.
         self.fp16 = device.startswith("cuda")
         if self.fp16:
             self.model.half()
+        else:
+            self.model.float()
         if max_seq_length:
             self.model.max_seq_length = max_seq_length
         # sentence-transformers 6 renamed the method; 3.x-5.x only have the old name.
@@ -72,6 +80,9 @@ class Encoder:
         self.direct = self._plain_text_pipeline()
         self._preprocess = getattr(self.model, "preprocess", None) or self.model.tokenize  # ST < 6: tokenize
         self.onnx: onnx_encoder.OnnxTransformer | None = None
+        self.onnx_check: dict[str, float] | None = None
+        # None: every pass runs in ONNX Runtime (asked for by name); a number: passes up to that size do (`auto`).
+        self.onnx_max_rows: int | None = None
         self.pooler_dropped = self.direct and self._drop_unused_pooler()
         self.backend = self._select_backend(backend, path)
 
@@ -93,13 +104,10 @@ class Encoder:
                 raise ValueError(f"encoder backend {asked}: {reason}")
             log.info("encoder: PyTorch (%s)", reason)
             return "torch"
-        import torch
-
         int8 = asked == "onnx-int8"
         try:
             features = self._features(PROBE)
-            auto_model = self.model[0].auto_model
-            self.onnx = onnx_encoder.OnnxTransformer(auto_model, model_dir, features, int8, torch.get_num_threads())
+            self.onnx = onnx_encoder.OnnxTransformer(self.model[0].auto_model, model_dir, features, int8)
         except Exception as exc:  # noqa: BLE001 - any export or session failure leaves the PyTorch path working
             log.warning("encoder: ONNX Runtime unavailable for %s (%s); using PyTorch", self.model_name, exc)
             return "torch"
@@ -120,6 +128,8 @@ class Encoder:
             )
             return "torch"
         self.onnx = session
+        if asked == "auto":
+            self.onnx_max_rows = ONNX_MAX_ROWS
         return asked if asked != "auto" else "onnx"
 
     def _features(self, texts: list[str]) -> dict:
@@ -184,7 +194,7 @@ class Encoder:
 
         with torch.inference_mode():
             features = self._features(texts)
-            if self.onnx is not None:
+            if self.onnx is not None and (self.onnx_max_rows is None or len(texts) <= self.onnx_max_rows):
                 # The exported transformer, then sentence-transformers' own pooling, dense and normalise modules.
                 features["token_embeddings"] = torch.from_numpy(self.onnx(features))
                 for module in list(self.model)[1:]:
@@ -197,14 +207,11 @@ class Encoder:
             return np.ascontiguousarray(vectors.float().cpu().numpy(), dtype=np.float32)
 
     def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        if self.onnx is not None:
+        if self.onnx is not None and (self.onnx_max_rows is None or batch_size <= self.onnx_max_rows):
             # As `encode` batches (longest first, by characters), through the ONNX session.
             order = np.argsort([-len(t) for t in texts], kind="stable")
-            out = np.empty((len(texts), self.dimension), dtype=np.float32)
-            for lo in range(0, len(texts), batch_size):
-                rows = order[lo : lo + batch_size]
-                out[rows] = self._forward([texts[i] for i in rows])
-            return out
+            chunks = [order[lo : lo + batch_size] for lo in range(0, len(texts), batch_size)]
+            return self._forward_in_chunks(texts, chunks)
         vectors = self.model.encode(
             texts,
             batch_size=batch_size,
@@ -228,8 +235,12 @@ class Encoder:
         if not self.forward_batch or len(texts) <= self.forward_batch:
             return self._forward(texts)
         order = np.argsort([len(t) for t in texts], kind="stable")
+        return self._forward_in_chunks(texts, np.array_split(order, -(-len(texts) // self.forward_batch)))
+
+    def _forward_in_chunks(self, texts: list[str], chunks: list[np.ndarray]) -> np.ndarray:
+        """Vectors of `texts` in input order, each chunk of row numbers one forward pass."""
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for rows in np.array_split(order, -(-len(texts) // self.forward_batch)):
+        for rows in chunks:
             out[rows] = self._forward([texts[i] for i in rows])
         return out
 

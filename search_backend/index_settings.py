@@ -42,7 +42,7 @@ class IndexSettings(BaseModel):
         "(default: 16 on CPU, the whole batch on CUDA)",
     )
     encoder_backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
-        default="torch",
+        default="auto",
         description="query encoder on CPU: auto (ONNX Runtime where its vectors match PyTorch's at load), torch, "
         "onnx, onnx-int8 (opt-in: approximate vectors); CUDA always runs PyTorch",
     )

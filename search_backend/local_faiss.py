@@ -56,7 +56,7 @@ class LocalFaissBackend:
         rerank_depth: int = DEFAULT_RERANK_DEPTH,
         devices: list[str] | None = None,
         forward_batch: int | None = None,
-        encoder_backend: str = "torch",
+        encoder_backend: str = "auto",
     ) -> None:
         self.index_dir = Path(index_dir)
         self.manifest = load_manifest(self.index_dir)

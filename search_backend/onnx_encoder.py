@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -133,22 +134,39 @@ def quantized(folder: Path) -> Path:
 
 
 class OnnxTransformer:
-    """Token embeddings from an ONNX Runtime session over the exported transformer."""
+    """Token embeddings from ONNX Runtime sessions over the exported transformer, one session per thread count.
 
-    def __init__(self, auto_model: Any, model_dir: Path, features: dict[str, Any], int8: bool, threads: int) -> None:
-        import onnxruntime as ort
+    A session's thread pool is fixed when it is made, while the server sizes each search's pools as it starts
+    (search_backend/cpu_threads.py: one thread beside a busy process, every core otherwise); so each call runs on
+    the session made for the calling thread's torch thread count (at most two counts in practice)."""
+
+    def __init__(self, auto_model: Any, model_dir: Path, features: dict[str, Any], int8: bool) -> None:
+        import torch
 
         folder = cache_root() / model_key(model_dir)
         if not (folder / "model.onnx").is_file():
             log.info("exporting %s to ONNX into %s (once)", model_dir, folder)
             export(auto_model, features, folder)
         self.path = quantized(folder) if int8 else folder / "model.onnx"
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
-        self.names = [i.name for i in self.session.get_inputs()]
+        self.sessions: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self.names = [i.name for i in self.session(torch.get_num_threads()).get_inputs()]
+
+    def session(self, threads: int) -> Any:
+        import onnxruntime as ort
+
+        with self._lock:
+            if threads not in self.sessions:
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = threads
+                options.inter_op_num_threads = 1
+                self.sessions[threads] = ort.InferenceSession(
+                    str(self.path), options, providers=["CPUExecutionProvider"]
+                )
+            return self.sessions[threads]
 
     def __call__(self, features: dict[str, Any]) -> np.ndarray:
+        import torch
+
         feed = {n: features[n].numpy().astype(np.int64, copy=False) for n in self.names}
-        return self.session.run(None, feed)[0]
+        return self.session(torch.get_num_threads()).run(None, feed)[0]

@@ -1,5 +1,6 @@
 """The query encoder's direct path (the model's modules, no `encode`) gives what `encode` gives, and steps aside
-for models where `encode` would add something."""
+for models where `encode` would add something. PyTorch's path: ONNX Runtime's agreement with it is tested in
+tests/test_onnx_encoder.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ QUERIES = (FIXTURES / "search/queries_1000.txt").read_text(encoding="utf-8").spl
 def encoder():
     from search_backend.encoder import Encoder
 
-    return Encoder()
+    return Encoder(backend="torch")
 
 
 def through_encode(texts: list[str], **options) -> np.ndarray:

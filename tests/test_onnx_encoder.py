@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import threading
 import typing
 
 import numpy as np
 import pytest
+import torch
 from sentence_transformers import SentenceTransformer, models
 
 from search_backend import encoder as encoder_module
@@ -95,7 +98,7 @@ def test_bad_backend_names_the_choices():
         Encoder(backend="tensorrt")
     assert typing.get_args(IndexSettings.model_fields["encoder_backend"].annotation) == onnx_encoder.BACKENDS
     assert serve_parser().parse_args(["--index", "x", "--encoder-backend", "torch"]).encoder_backend == "torch"
-    assert serve_parser().parse_args(["--index", "x"]).encoder_backend == "torch"
+    assert serve_parser().parse_args(["--index", "x"]).encoder_backend == "auto"
 
 
 def test_an_index_built_with_onnx_ranks_as_one_built_with_pytorch(tmp_path):
@@ -108,3 +111,48 @@ def test_an_index_built_with_onnx_ranks_as_one_built_with_pytorch(tmp_path):
         assert search.encoder.backend == backend
         tops[backend] = [[p.id for p in hits] for hits in search.search_sync(QUERIES, 10)]
     assert tops["onnx"] == tops["torch"]
+
+
+def test_each_thread_count_runs_a_session_of_its_own():
+    """The server sizes each search's pools in the thread that runs it; a session's pool is fixed when made."""
+    enc = Encoder(backend="onnx")
+    want = enc.encode_queries(QUERIES[:5])
+    got = {}
+
+    def one_thread() -> None:
+        torch.set_num_threads(1)
+        got["vectors"] = enc.encode_queries(QUERIES[:5])
+
+    worker = threading.Thread(target=one_thread)
+    worker.start()
+    worker.join()
+    assert enc.onnx.sessions[1].get_session_options().intra_op_num_threads == 1
+    assert set(enc.onnx.sessions) == {1, torch.get_num_threads()}
+    assert np.abs(got["vectors"] - want).max() <= 1e-5
+
+
+def test_a_checkpoint_stored_in_fp16_runs_fp32_on_cpu(tmp_path):
+    """transformers 5 loads a checkpoint in its stored type: an fp16 one ran fp16 on CPU (slow there) and its ONNX
+    export failed the check."""
+    from safetensors.torch import load_file, save_file
+
+    source = bundled_model_path()
+    shutil.copytree(source, tmp_path / "model", ignore=shutil.ignore_patterns("model.safetensors"))
+    weights = load_file(source / "model.safetensors")
+    save_file({k: v.half().contiguous() for k, v in weights.items()}, tmp_path / "model/model.safetensors")
+    enc = Encoder(str(tmp_path / "model"), profile=PROFILES["minilm"], backend="auto")
+    assert next(enc.model.parameters()).dtype == torch.float32
+    assert enc.backend == "onnx" and enc.onnx_check["max_abs_diff"] <= encoder_module.ONNX_TOLERANCE
+
+
+def test_auto_runs_small_passes_in_onnx_and_larger_ones_in_pytorch():
+    """ONNX Runtime wins on a lone query and loses from about 8 queries a pass (encoder.ONNX_MAX_ROWS)."""
+    enc = Encoder(backend="auto")
+    assert enc.backend == "onnx" and enc.onnx_max_rows == encoder_module.ONNX_MAX_ROWS
+    session, rows = enc.onnx, []
+    enc.onnx = lambda features: rows.append(len(features["input_ids"])) or session(features)
+    reference = Encoder(backend="torch")
+    for texts in (QUERIES[:1], QUERIES[:4], QUERIES[:16], QUERIES[:40]):
+        assert np.abs(enc.encode_queries(texts) - reference.encode_queries(texts)).max() <= 1e-5
+    assert rows == [1, 4]
+    assert Encoder(backend="onnx").onnx_max_rows is None
