@@ -23,6 +23,9 @@ class Command(NamedTuple):
 
 COMMANDS: dict[str, Command] = {
     "index build": Command("search_backend.build_index", "main", "build a search index (dense, BM25) from a corpus"),
+    "index import": Command(
+        "search_backend.import_index", "main", "serve Search-R1's or R1-Searcher's index files without re-encoding"
+    ),
     "search serve": Command("search_backend.serve", "main", "serve an index over HTTP (the retrieval server)"),
     "search query": Command("search_backend.search", "main", "search an index from the shell, one-shot"),
     "reward serve": Command("reward_server.__main__", "main", "serve a stage's reward over HTTP (the reward server)"),
@@ -76,7 +79,7 @@ COMMANDS: dict[str, Command] = {
 }
 
 GROUPS: dict[str, str] = {
-    "index": "build search indexes",
+    "index": "build or import search indexes",
     "search": "serve and query an index",
     "reward": "serve and compute rewards",
     "data": "prepare training data",

@@ -75,7 +75,7 @@ def kilt_passages(page: dict, words: int = WORDS_PER_PASSAGE) -> Iterator[tuple[
         yield title, chunk
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     with path.open("r", encoding="utf-8", errors="strict", newline="\n") as handle:
         line_no = 0
         while True:
@@ -159,7 +159,7 @@ def parse_lines(lines: Iterator[tuple[int, str]], fmt: CorpusFormat, report: Cor
 
 def read_corpus(path: str | Path, fmt: CorpusFormat, report: CorpusReport | None = None) -> Iterator[Record]:
     """Stream a corpus file's passages; malformed lines go to `report` instead of stopping the stream."""
-    return parse_lines(_lines(Path(path)), fmt, report if report is not None else CorpusReport())
+    return parse_lines(numbered_lines(Path(path)), fmt, report if report is not None else CorpusReport())
 
 
 def read_text(text: str, fmt: CorpusFormat, report: CorpusReport | None = None) -> Iterator[Record]:
