@@ -29,6 +29,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.tables import save  # noqa: E402
 from search_backend.build_index import GPU_BATCH, build  # noqa: E402
 from search_backend.encoder import Encoder, passage_text  # noqa: E402
 from search_backend.profiles import DEFAULT_MODEL  # noqa: E402
@@ -224,9 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         print(json.dumps(result["devices"][-1]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    save(result, args.out)
     return 0
 
 

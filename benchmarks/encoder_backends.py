@@ -24,6 +24,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from benchmarks.tables import save  # noqa: E402
 from search_backend.build_index import build  # noqa: E402
 from search_backend.encoder import Encoder  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
@@ -116,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     encoders = {"onnx": fp32.encoder, "onnx-int8": backends["onnx-int8"].encoder, "torch": torch_encoder}
     result["lone_query"] = lone_query_rates(encoders, texts, args.rounds, args.seconds)
     print(json.dumps(result["lone_query"]), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    save(result, args.out)
     return 0
 
 

@@ -30,6 +30,13 @@ def load(name: str) -> dict[str, Any]:
     return json.loads((RESULTS / f"{name}.json").read_text())
 
 
+def save(result: dict[str, Any], out: Path) -> None:
+    """A benchmark's figures as the JSON these tables read."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
 def machine(m: Any) -> str:
     """The JSON's `machine` field in words: a string as written, a dict by its known keys."""
     if isinstance(m, str):
@@ -530,6 +537,45 @@ def encoder_backends() -> str:
     return f"{head}\n\n{body}"
 
 
+def import_shrink() -> str:
+    d = load("import_index")
+    c, srv = d["conversion"], d["serve"]
+    head = source(
+        "import_index",
+        d,
+        f" {d['data']}; {d['queries']} queries, batch 64; compact: {c['factory']} trained on "
+        f"{d['train_size']:,} vectors, nprobe {d['nprobe']}, {d['rerank_depth']} re-scored from fp16 shards",
+    )
+    gib = 2**30
+    body = table(
+        ["served", "resident (GiB)", "q/s batch 64", "recall@10 vs Flat"],
+        [
+            (
+                name,
+                num(v["resident_bytes"] / gib, 3),
+                num(v["queries_per_s_batch64"]),
+                f"**{num(v['recall_at_10_vs_flat'], 4)}**",
+            )
+            for name, v in srv.items()
+        ],
+    )
+    conversion = table(
+        ["conversion", "vectors to fp16 shards (s)", "compact build (s)", "peak memory (GiB)", "Flat file (GiB)",
+         "compact index (GiB)", "fp16 shards (GiB)"],
+        [("`--index-type compact`", num(c["shards_seconds"]), num(c["compact_build_seconds"]),
+          num(c["peak_rss_bytes"] / gib, 2), num(c["flat_file_bytes"] / gib, 2),
+          num(c["compact_index_bytes"] / gib, 3), num(c["shard_bytes"] / gib, 2))],
+    )  # fmt: skip
+    projection = table(
+        ["projected resident memory", "Flat (GiB)", "compact (GiB)", "fp16 shards on disk (GiB)"],
+        [
+            (name, num(p["flat_gib"]), num(p["compact_gib"], 2), num(p["fp16_shards_on_disk_gib"]))
+            for name, p in d["projection"].items()
+        ],
+    )
+    return "\n\n".join([head, body, conversion, projection])
+
+
 def threads() -> str:
     d = load("threads")
     head = source(
@@ -998,6 +1044,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "retrieval-server": retrieval_server,
     "retrieval-encoder": retrieval_encoder,
     "encoder-backends": encoder_backends,
+    "import-index": import_shrink,
     "threads": threads,
     "reward-server": reward_server,
     "load": load_table,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 CorpusFormat = Literal["kilt", "tsv", "jsonl"]
 FORMATS: tuple[str, ...] = ("kilt", "tsv", "jsonl")
@@ -127,16 +127,20 @@ def parse_tsv(lines: Iterator[tuple[int, str]], report: CorpusReport) -> Iterato
         yield Record(cols[0].strip(), cols[2].strip() if len(cols) == 3 else "", cols[1].strip())
 
 
-def parse_jsonl(lines: Iterator[tuple[int, str]], report: CorpusReport) -> Iterator[Record]:
+def json_rows(lines: Iterator[tuple[int, str]], report: CorpusReport) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of each non-blank line; a line that is not JSON goes to `report`."""
     for line_no, line in lines:
         if not line.strip():
             continue
         report.lines += 1
         try:
-            row = json.loads(line)
+            yield line_no, json.loads(line)
         except ValueError as exc:
             report.add_bad(line_no, f"invalid JSON ({exc})")
-            continue
+
+
+def parse_jsonl(lines: Iterator[tuple[int, str]], report: CorpusReport) -> Iterator[Record]:
+    for line_no, row in json_rows(lines, report):
         if not isinstance(row, dict) or not isinstance(row.get("text"), str) or row.get("id") in (None, ""):
             report.add_bad(line_no, "needs 'id' and a string 'text'")
             continue

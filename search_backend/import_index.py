@@ -10,7 +10,9 @@ Layouts (what each project's own builder writes):
   bge (CLS pooling, no passage instruction), in a Flat FAISS index of inner products.
 
 The corpus is streamed into this project's passage store (a 21M-line file never sits in memory) and the FAISS file
-is hard-linked beside it, or copied where a link cannot be made. Before the manifest is written, a sample of rows
+is hard-linked beside it, or copied where a link cannot be made. `--index-type compact` (or `exact`) instead reads
+the stored vectors back a shard at a time into fp16 embedding shards and builds that type from them, so a Flat
+index's full matrix never sits in memory and nothing is encoded. Before the manifest is written, a sample of rows
 spread over the corpus is encoded with the named model and compared with the vectors the FAISS file holds for those
 rows: the wrong model, the wrong pooling or rows shifted against the corpus are refused, with what was found.
 """
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import logging
 import os
 import shutil
@@ -30,18 +31,24 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from search_backend.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, numbered_lines
+from search_backend.build_index import build_vector_index
+from search_backend.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, json_rows, numbered_lines
 from search_backend.encoder import Encoder
 from search_backend.index_layout import (
+    EMBED_DIR,
+    EMBED_INFO,
     INDEX_FILE,
     MANIFEST,
     MANIFEST_VERSION,
     STORE_DIR,
     STORE_INFO,
+    read_json,
     remove_durably,
     write_json_atomic,
 )
+from search_backend.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
 from search_backend.profiles import PROFILES, profile_for
+from search_backend.shards import shard_paths, write_shard
 from search_backend.store import write_store
 
 log = logging.getLogger(__name__)
@@ -65,15 +72,7 @@ class IndexImportError(RuntimeError):
 
 def search_r1_records(path: Path, report: CorpusReport) -> Iterator[tuple[Record, str]]:
     """Each passage and the text its builder embedded (before e5's `passage: ` prefix)."""
-    for line_no, line in numbered_lines(path):
-        if not line.strip():
-            continue
-        report.lines += 1
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            report.add_bad(line_no, f"invalid JSON ({exc})")
-            continue
+    for line_no, row in json_rows(numbered_lines(path), report):
         contents = row.get("contents") if isinstance(row, dict) else None
         if not isinstance(contents, str) or row.get("id") in (None, ""):
             report.add_bad(line_no, "needs 'id' and a string 'contents' (Search-R1's wiki-18.jsonl layout)")
@@ -166,6 +165,23 @@ def read_mapped(path: Path):  # noqa: ANN201 - a faiss.Index of any kind
         raise IndexImportError(f"--faiss {path}: FAISS cannot read it ({str(exc).splitlines()[0][:200]})") from exc
 
 
+def shards_from(index, out: Path, shard_size: int, info: dict) -> list[Path]:  # noqa: ANN001
+    """The stored vectors as fp16 embedding shards, one shard in memory at a time (reused when finished)."""
+    n = int(index.ntotal)
+    paths = shard_paths(out, max(1, -(-n // shard_size)))
+    info = {**info, "shard_size": shard_size, "passages": n, "dimension": int(index.d)}
+    if read_json(out / EMBED_INFO) != info:
+        shutil.rmtree(out / EMBED_DIR, ignore_errors=True)
+        remove_durably(out / EMBED_INFO)
+    (out / EMBED_DIR).mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / EMBED_INFO, info)
+    for i, path in enumerate(tqdm(paths, desc="vectors", unit=" shards", dynamic_ncols=True)):
+        if not path.is_file():
+            lo = i * shard_size
+            write_shard(path, index.reconstruct_n(lo, min(shard_size, n - lo)))
+    return paths
+
+
 def link_or_copy(source: Path, target: Path) -> str:
     target.unlink(missing_ok=True)
     try:
@@ -186,12 +202,19 @@ def import_index(
     profile: str | None = None,
     max_bad_lines: int | None = 0,
     max_seq_length: int | None = None,
+    index_type: str = "faiss",
+    shard_size: int = 100_000,
+    train_size: int = 1_000_000,
 ) -> dict:
-    """Write an index directory serving `faiss_file` over `corpus`; returns the manifest."""
+    """Write an index directory serving `faiss_file` over `corpus`; returns the manifest. `index_type` faiss serves
+    the file as it is; compact and exact are built from its vectors."""
     from search_backend.faiss_import import faiss  # loads FAISS (and its OpenMP) only when an import runs
+    from search_backend.faiss_index import effective_factory
 
     if layout not in LAYOUTS:
         raise IndexImportError(f"--layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
+    if index_type not in INDEX_TYPES:
+        raise IndexImportError(f"--index-type {index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
     corpus, faiss_file, out = Path(corpus), Path(faiss_file), Path(out)
     for name, path in (("--corpus", corpus), ("--faiss", faiss_file)):
         if not path.is_file():
@@ -236,9 +259,20 @@ def import_index(
         {"corpus_sha256": checksum, "format": layout, "passages": count, "lines": report.lines,
          "bad_lines": report.bad, "bad_examples": [{"line": n, "reason": r} for n, r in report.examples]},
     )  # fmt: skip
-    how = link_or_copy(faiss_file, out / INDEX_FILE)
-    size = (out / INDEX_FILE).stat().st_size
-    write_json_atomic(out / "index.json", {"corpus_sha256": checksum, "imported_from": str(faiss_file), "bytes": size})
+    if index_type == "faiss":
+        how = link_or_copy(faiss_file, out / INDEX_FILE)
+        size = (out / INDEX_FILE).stat().st_size
+        write_json_atomic(out / "index.json", {"corpus_sha256": checksum, "imported_from": str(faiss_file),
+                                               "bytes": size})  # fmt: skip
+        factory, shards = type(faiss.downcast_index(index)).__name__, []
+    else:
+        record = {"corpus_sha256": checksum, "model": model, "profile": profile_name, "max_seq_length": max_seq_length,
+                  "reconstructed_from": str(faiss_file)}  # fmt: skip
+        shards = shards_from(index, out, shard_size, record)
+        wanted = default_factory(index_type, int(index.d), count)
+        factory = effective_factory(wanted, count) if wanted is not None else None
+        built, _ = build_vector_index(out, shards, int(index.d), index_type, factory, "cpu", train_size, checksum)
+        how, size = f"re-built as {index_type} from the stored vectors", built["bytes"]
     manifest = {
         "version": MANIFEST_VERSION,
         "model": model,
@@ -246,15 +280,16 @@ def import_index(
         "dimension": int(index.d),
         "normalize": PROFILES[profile_name].normalize,
         "metric": "inner_product",
-        "index_type": "faiss",
+        "index_type": index_type,
         "factory_requested": None,
-        "factory": type(faiss.downcast_index(index)).__name__,
+        "factory": factory,
         "passages": count,
         "corpus": {"path": str(corpus), "sha256": checksum, "format": layout, "lines": report.lines,
                    "bad_lines": report.bad},
-        "files": {"index": INDEX_FILE, "index_bytes": size, "store": STORE_DIR, "embeddings": None,
-                  "shard_size": None, "shards": 0, "embedding_dtype": None, "embeddings_required": False,
-                  "bm25": None},
+        "files": {"index": INDEX_FILE if factory else None, "index_bytes": size, "store": STORE_DIR,
+                  "embeddings": EMBED_DIR if shards else None, "shard_size": shard_size if shards else None,
+                  "shards": len(shards), "embedding_dtype": "float16" if shards else None,
+                  "embeddings_required": index_type in SHARD_TYPES, "bm25": None},
         "bm25": None,
         "build": {"imported": True, "max_seq_length": max_seq_length},
         "imported": {"layout": layout, "faiss": str(faiss_file), "placed_by": how, "row_check": check},
@@ -287,6 +322,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="the index directory to write")
     p.add_argument(
+        "--index-type",
+        default="faiss",
+        choices=INDEX_TYPES,
+        help="faiss: serve the FAISS file as it is (default); compact: IVF-PQ built from its vectors, re-scored "
+        "exactly from fp16 shards (a fraction of a Flat index's memory); exact: the fp16 shards alone",
+    )
+    p.add_argument("--shard-size", type=int, default=100_000, help="vectors per fp16 shard (compact, exact)")
+    p.add_argument(
         "--max-seq-length",
         type=int,
         help="the token limit the builder truncated passages to (default: "
@@ -302,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = import_index(
             args.layout, args.corpus, args.faiss, args.model, args.out, args.profile, args.max_bad_lines,
-            args.max_seq_length,
+            args.max_seq_length, args.index_type, args.shard_size,
         )  # fmt: skip
     except (IndexImportError, TooManyBadLines) as exc:
         print(f"index import: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from search_backend.profiles import bundled_model_path
 from searchrl.paths import ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,6 +47,18 @@ def serve(app, port: int | None = None, **uvicorn_options) -> Iterator[str]:
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def cls_model(tmp_path_factory) -> str:
+    """MiniLM's transformer under CLS pooling, as bge pools: a model folder made here (a stand-in for bge)."""
+    from sentence_transformers import SentenceTransformer, models
+
+    out = tmp_path_factory.mktemp("minilm_cls")
+    word = models.Transformer(str(bundled_model_path()))
+    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
+    SentenceTransformer(modules=[word, pooling, models.Normalize()]).save(str(out))
+    return str(out)
 
 
 @pytest.fixture(scope="session")

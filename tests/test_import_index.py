@@ -12,7 +12,6 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from sentence_transformers import SentenceTransformer, models
 from transformers import AutoModel, AutoTokenizer
 
 from launch.cli import main as cli_main
@@ -69,16 +68,6 @@ def search_r1(tmp_path_factory):
     vectors = embed([f"passage: {r['contents']}" for r in rows], "mean", 180)
     files = {f: faiss_file(vectors, f, work / f"e5_{f}.index") for f in ("Flat", "HNSW64")}
     return corpus, files, rows
-
-
-@pytest.fixture(scope="module")
-def cls_model(tmp_path_factory):
-    """MiniLM's transformer under CLS pooling, as bge pools."""
-    out = tmp_path_factory.mktemp("minilm_cls")
-    word = models.Transformer(str(bundled_model_path()))
-    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
-    SentenceTransformer(modules=[word, pooling, models.Normalize()]).save(str(out))
-    return str(out)
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +157,23 @@ def test_a_corpus_of_another_length_and_bad_arguments_are_refused(search_r1, tmp
     with pytest.raises(SystemExit):
         cli_main(["index", "import", "--help"])
     assert "--layout" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("index_type", ["compact", "exact"])
+def test_an_import_can_be_rebuilt_as_our_index_types_from_the_stored_vectors(index_type, search_r1, tmp_path):
+    """Nothing is encoded: the vectors come out of the FAISS file into fp16 shards, a shard at a time."""
+    corpus, files, rows = search_r1
+    manifest = import_index("search-r1", corpus, files["Flat"], str(bundled_model_path()), tmp_path / "idx",
+                            profile="e5", index_type=index_type, shard_size=64)  # fmt: skip
+    assert manifest["index_type"] == index_type and manifest["files"]["shards"] == 3
+    assert not os.path.exists(tmp_path / "idx/index.faiss") or os.stat(tmp_path / "idx/index.faiss").st_ino != (
+        os.stat(files["Flat"]).st_ino
+    )
+    backend = LocalFaissBackend(tmp_path / "idx", encoder_backend="torch")
+    got = backend.search_sync(QUERIES, 10)
+    scores, want = direct(files["Flat"], [f"query: {q}" for q in QUERIES], "mean", 180, k=10)
+    ids = [[rows[r]["id"] for r in row] for row in want]
+    overlap = np.mean([len({p.id for p in hits} & set(w)) / 10 for hits, w in zip(got, ids, strict=True)])
+    assert overlap >= 0.99
+    # Scores come from the fp16 shards: equal to the Flat file's to fp16 precision.
+    np.testing.assert_allclose([hits[0].score for hits in got], scores[:, 0], atol=2e-3)

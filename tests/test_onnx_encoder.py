@@ -13,7 +13,6 @@ import typing
 import numpy as np
 import pytest
 import torch
-from sentence_transformers import SentenceTransformer, models
 
 from search_backend import encoder as encoder_module
 from search_backend import onnx_encoder
@@ -37,16 +36,6 @@ def cache(tmp_path_factory, request):
     mp.setenv("SEARCHRL_CACHE", str(path))
     request.addfinalizer(mp.undo)
     return path
-
-
-@pytest.fixture(scope="module")
-def cls_model(tmp_path_factory):
-    """MiniLM's transformer under CLS pooling, as bge pools: a model folder made here."""
-    out = tmp_path_factory.mktemp("minilm_cls")
-    word = models.Transformer(str(bundled_model_path()))
-    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="cls")
-    SentenceTransformer(modules=[word, pooling, models.Normalize()]).save(str(out))
-    return str(out)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
