@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from search_backend.faiss_import import faiss
 
@@ -80,9 +81,14 @@ def build_faiss_index(
             target = index
     started = time.perf_counter()
     if not target.is_trained:
-        target.train(training_sample(shards, train_size))
+        sample = training_sample(shards, train_size)
+        log.info("training %s on %d vectors", factory, len(sample))
+        if ivf is not None:
+            # k-means over a large sample runs for minutes on a CPU: its per-iteration lines are the progress.
+            ivf.cp.verbose = log.isEnabledFor(logging.INFO)
+        target.train(sample)
     trained = time.perf_counter()
-    for path in shards:
+    for path in tqdm(shards, desc="index add", unit=" shards", dynamic_ncols=True, disable=len(shards) < 2):
         target.add(np.ascontiguousarray(np.load(path), dtype=np.float32))
     if timings is not None:
         timings.update(train_seconds=trained - started, add_seconds=time.perf_counter() - trained)

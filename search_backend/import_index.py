@@ -38,6 +38,7 @@ from search_backend.index_layout import (
     EMBED_DIR,
     EMBED_INFO,
     INDEX_FILE,
+    INDEX_INFO,
     MANIFEST,
     MANIFEST_VERSION,
     STORE_DIR,
@@ -262,7 +263,7 @@ def import_index(
     if index_type == "faiss":
         how = link_or_copy(faiss_file, out / INDEX_FILE)
         size = (out / INDEX_FILE).stat().st_size
-        write_json_atomic(out / "index.json", {"corpus_sha256": checksum, "imported_from": str(faiss_file),
+        write_json_atomic(out / INDEX_INFO, {"corpus_sha256": checksum, "imported_from": str(faiss_file),
                                                "bytes": size})  # fmt: skip
         factory, shards = type(faiss.downcast_index(index)).__name__, []
     else:

@@ -153,6 +153,9 @@ class OnnxTransformer:
         self.names = [i.name for i in self.session(torch.get_num_threads()).get_inputs()]
 
     def session(self, threads: int) -> Any:
+        found = self.sessions.get(threads)
+        if found is not None:
+            return found
         import onnxruntime as ort
 
         with self._lock:
