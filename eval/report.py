@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from eval.suites import SUITES, table
+
 # Summary key -> column name; ACC_R is R1-Searcher's name for cover-EM.
 COLUMNS = {"cem": "ACC_R", "acc_l": "ACC_L", "em": "EM", "f1": "F1"}
 
@@ -142,7 +144,13 @@ def write_reports(out: Path) -> None:
     summaries = _summaries(out)
     if not summaries:
         return
-    (out / "results.md").write_text(markdown(summaries), encoding="utf-8")
+    text = markdown(summaries)
+    for suite in SUITES:
+        found = table(suite, summaries)
+        if found:
+            (out / f"{suite}.md").write_text(found, encoding="utf-8")
+            text += f"\n## In {suite}'s table\n\n{found}"
+    (out / "results.md").write_text(text, encoding="utf-8")
     figure(out, summaries)
 
 

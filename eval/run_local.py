@@ -1,12 +1,15 @@
 r"""Evaluate on HotpotQA, 2Wiki, MuSiQue and Bamboogle with a local search backend (R1-Searcher's protocol).
 
-    python -m eval.run_local --dataset hotpotqa,2wiki,musique,bamboogle \
+    python -m eval.run_local --dataset hotpotqa,2wiki,musique,bamboogle | --suite search-r1 [--suite-dir DIR] \
         --model configs/models/X.yaml | --model CHECKPOINT_FOLDER --template base|chat|configs/models/X.yaml \
         [--stage configs/stages/stage2_answer.yaml] [--engine vllm|openai|hf|replay] \
         [--index DIR | --search-url URL | --search CONFIG.yaml] [--limit N] [--out DIR]
 
 Writes per dataset `<name>.jsonl` (question, gold, trajectory, answer, searches, metrics) and
-`<name>.summary.json`, plus `results.md` and `results.png` across datasets. Re-running with the same
+`<name>.summary.json`, plus `results.md` and `results.png` across datasets. `--suite search-r1` runs the
+seven sets of Search-R1's table (NQ, TriviaQA, PopQA, HotpotQA, 2wiki, Musique, Bamboogle; FlashRAG's copies,
+from the hub or a local download) and adds that table, with Search-R1's EM, to results.md and
+`search-r1.md`; `--sample 500` keeps it affordable, and the table says so. Re-running with the same
 --out resumes where it stopped (refused if the settings differ; --force-new starts again).
 Exit codes: 0 done; 2 bad input; 3 searches failed (--allow-search-errors accepts them); 4 the judge
 left records without a verdict.
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from eval.resume import search_identity  # noqa: E402
 from eval.runner import add_generation_args, run_all  # noqa: E402
+from eval.suites import SUITES, suite_specs  # noqa: E402
 from search_backend.base import SearchError  # noqa: E402
 from search_backend.config import SearchConfig, open_backend  # noqa: E402
 from searchrl.config import ConfigError, load  # noqa: E402
@@ -61,11 +65,20 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n".join(__doc__.splitlines()[1:]),
     )
-    p.add_argument(
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--suite", choices=sorted(SUITES), help="a paper's set of datasets, reported in its table's layout"
+    )
+    which.add_argument(
         "--dataset",
-        required=True,
         help="comma-separated: hotpotqa, 2wiki, musique, bamboogle (bundled), hf:NAME[:CONFIG][:SPLIT], or a "
-        ".jsonl/.json/.parquet file (R1-Searcher's question/answer, or FlashRAG/Search-R1's golden_answers)",
+        ".jsonl/.json/.parquet file (R1-Searcher's question/answer, or FlashRAG/Search-R1's golden_answers); "
+        "NAME=SPEC names its output files",
+    )
+    p.add_argument(
+        "--suite-dir",
+        type=Path,
+        help="for --suite: FlashRAG's files downloaded here (<set>/<split>.jsonl) instead of read from the hub",
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--index", help="a local index directory (search_backend.build_index)")
@@ -85,9 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = search_config(args)
         backend = open_backend(config)
-        datasets = [d.strip() for d in args.dataset.split(",") if d.strip()]
+        if args.suite_dir and not args.suite:
+            raise ValueError("--suite-dir: only with --suite (name files with --dataset NAME=FILE otherwise)")
+        if args.suite:
+            datasets = suite_specs(args.suite, args.suite_dir)
+        else:
+            datasets = [d.strip() for d in args.dataset.split(",") if d.strip()]
         check = (lambda: asyncio.run(probe(config))) if config.backend == "http" else None
-        return run_all(datasets, args, backend, search_identity(config), probe=check)
+        extra = {"suite": args.suite} if args.suite else None
+        return run_all(datasets, args, backend, search_identity(config), extra, probe=check)
     except (ConfigError, RecordError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -30,12 +30,14 @@ from eval.models import resolve_model, template_config, template_id
 from eval.replay import ReplayTextEngine
 from eval.report import write_reports
 from eval.resume import check_resume
+from eval.suites import sample, search_r1_question, suite_em
 from eval.summary import EXIT_SEARCH_ERRORS, EXIT_UNJUDGED, score_summary
 from eval.verdicts import fill_verdicts
 from search_backend.base import SearchBackend
 from searchrl.config import ConfigError, load, validate
 from searchrl.hub import load_causal_lm
 from searchrl.hub import load_tokenizer as hub_tokenizer
+from searchrl.jsonl import read_jsonl
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.protocol import parse_solution
 from searchrl.qa_data.questions import dataset_name, load_questions
@@ -62,6 +64,8 @@ class RunSettings:
     temperature: float = 0.0
     batch_size: int = 32
     limit: int | None = None
+    sample: int | None = None  # a seeded sample of each dataset instead of all of it
+    sample_seed: int = 0
 
 
 @dataclass
@@ -117,6 +121,14 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--query-separator", default=None, help="multi-query mode: separator (default ||)")
     r = p.add_argument_group("run")
     r.add_argument("--limit", type=int, default=None, help="first N questions of each dataset")
+    r.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        help="N questions of each dataset drawn at random with --seed (all of a "
+        "smaller one); the reports say the figures are a sample's",
+    )
+    r.add_argument("--seed", type=int, default=0, help="the seed of --sample (default 0)")
     r.add_argument("--question-field", default="question", help="dataset field of the question (dotted path)")
     r.add_argument(
         "--answer-field", default=None, help="dataset field of the gold answer(s) (default: answer or golden_answers)"
@@ -227,7 +239,15 @@ def make_judge(args: argparse.Namespace) -> LLMJudge | None:
 
 
 def settings_from(args: argparse.Namespace) -> RunSettings:
-    return RunSettings(args.temperature, args.batch_size, args.limit)
+    if args.sample is not None and (args.sample < 1 or args.limit is not None):
+        raise ValueError("--sample: a positive count, and not together with --limit (which takes the first N)")
+    return RunSettings(args.temperature, args.batch_size, args.limit, args.sample, args.seed)
+
+
+def select(spec: str, settings: RunSettings, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if settings.sample is not None:
+        return sample(rows, settings.sample, settings.sample_seed, dataset_name(spec))
+    return rows[: settings.limit]
 
 
 def run_identity(run: Run, args: argparse.Namespace, search_id: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +264,8 @@ def run_identity(run: Run, args: argparse.Namespace, search_id: dict[str, Any]) 
         "query_separator": ep.query_separator if ep.max_queries_per_block > 1 else None,
         "temperature": run.settings.temperature,
         "search": search_id,
+        # Only when set, so that folders written before sampling existed still resume.
+        **({"sample": run.settings.sample, "sample_seed": run.settings.sample_seed} if run.settings.sample else {}),
     }
 
 
@@ -267,10 +289,14 @@ def _finished(path: Path, redo_failed: bool) -> tuple[set[Any], int]:
     return {r["idx"] for r in good}, len(lines) - len(good)
 
 
-async def evaluate(spec: str, run: Run, questions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+async def evaluate(
+    spec: str, run: Run, questions: list[dict[str, Any]] | None = None, population: int | None = None
+) -> dict[str, Any]:
+    """`population`: how many questions the dataset holds, when `questions` are a sample or a prefix of it."""
     name = dataset_name(spec)
     if questions is None:
-        questions = load_questions(spec, run.question_field, run.answer_field)[: run.settings.limit]
+        rows = load_questions(spec, run.question_field, run.answer_field)
+        questions, population = select(spec, run.settings, rows), len(rows)
     path = run.out / f"{name}.jsonl"
     done, redo = _finished(path, redo_failed=not run.allow_search_errors)
     if redo:
@@ -327,6 +353,7 @@ async def evaluate(spec: str, run: Run, questions: list[dict[str, Any]] | None =
     summary = {
         "dataset": name,
         **score_summary(path, run.judge.model if run.judge else None),
+        "population": population or len(questions),
         "search_errors_allowed": run.allow_search_errors,
         "halted_on_outage": halted,
         "not_run": not_run,
@@ -343,9 +370,13 @@ async def evaluate(spec: str, run: Run, questions: list[dict[str, Any]] | None =
             "temperature": run.settings.temperature,
             "batch_size": run.settings.batch_size,
             "limit": run.settings.limit,
+            "sample": run.settings.sample,
+            "sample_seed": run.settings.sample_seed,
         },
         **run.extra,
     }
+    if run.extra.get("suite"):
+        summary["suite_em"] = suite_em(list(read_jsonl(path)))
     summary["seconds_this_run"] = round(time.time() - started, 1)
     (run.out / f"{name}.summary.json").write_text(json.dumps(summary, indent=2))
     write_reports(run.out)
@@ -437,7 +468,11 @@ def run_all(
         question_field=args.question_field,
         answer_field=args.answer_field,
     )
-    questions = {spec: load_questions(spec, run.question_field, run.answer_field)[: args.limit] for spec in specs}
+    loaded = {spec: load_questions(spec, run.question_field, run.answer_field) for spec in specs}
+    questions = {spec: select(spec, run.settings, rows) for spec, rows in loaded.items()}
+    if run.extra.get("suite") == "search-r1":
+        questions = {spec: [{**q, "question": search_r1_question(q["question"])} for q in qs]
+                     for spec, qs in questions.items()}  # fmt: skip
     note = check_resume(out, run_identity(run, args, search_id), args.force_new)
     if note:
         print(f"[eval] {note}", file=sys.stderr)
@@ -458,7 +493,7 @@ def run_all(
         try:
             summaries = []
             for spec in specs:
-                summaries.append(await evaluate(spec, run, questions[spec]))
+                summaries.append(await evaluate(spec, run, questions[spec], len(loaded[spec])))
                 if summaries[-1]["halted_on_outage"]:
                     break
             return summaries

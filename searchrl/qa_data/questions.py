@@ -9,6 +9,7 @@ and FlashRAG's (`id`, `question`, `golden_answers`), or any other with the field
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from searchrl.qa_data.eval_sets import EVAL_SETS, eval_set_path
 ANSWER_FIELDS = ("answer", "golden_answers", "answers")
 ID_FIELDS = ("idx", "id")
 SPLITS = ("train", "validation", "test", "dev")
+NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def parse_hf(spec: str) -> tuple[str, str | None, str | None]:
@@ -34,7 +36,18 @@ def parse_hf(spec: str) -> tuple[str, str | None, str | None]:
     return parts[0], parts[1], parts[2]
 
 
+def named(spec: str) -> tuple[str | None, str]:
+    """`NAME=SPEC` names a dataset's output files (`nq=hf:RUC-NLPIR/FlashRAG_datasets:nq:test`)."""
+    name, sep, rest = spec.partition("=")
+    if sep and NAME.fullmatch(name) and not Path(spec).exists():
+        return name, rest
+    return None, spec
+
+
 def dataset_name(spec: str) -> str:
+    name, spec = named(spec)
+    if name:
+        return name
     if spec in EVAL_SETS:
         return spec
     if spec.startswith("hf:"):
@@ -81,7 +94,9 @@ def load_questions(
 ) -> list[dict[str, Any]]:
     """`hotpotqa|2wiki|musique|bamboogle` (bundled), `hf:NAME[:CONFIG][:SPLIT]`, or a .jsonl/.json/.parquet file.
 
-    Each record gets `idx` (its own `idx` or `id`, else its position) plus `question` and `answer`."""
+    Each record gets `idx` (its own `idx` or `id`, else its position) plus `question` and `answer`; a
+    `NAME=` before the spec only names the output."""
+    spec = named(spec)[1]
     if spec in EVAL_SETS:
         rows: list[dict[str, Any]] = list(read_jsonl(eval_set_path(spec)))
     elif spec.startswith("hf:"):
