@@ -3,7 +3,7 @@ each through `searchrl stage rehearse STAGE --train` (OpenRLHF's own train_ppo_r
 an lr = 0 control of each stage and an independent evaluation of every checkpoint.
 
     python -m benchmarks.learning --stages stage1,stage2 --seeds 3 --out DIR
-        [--steps1 8] [--steps2 30] [--lr 3e-4] [--eval-samples 2] [--options grpo,dynamic,process,efficiency]
+        [--steps1 8] [--steps2 20] [--lr 3e-4] [--eval-samples 2] [--options grpo,dynamic,process,efficiency]
         [--first-seed K]
     python -m benchmarks.learning --merge DIR [DIR ...] --out DIR   # one report from several runs' seeds
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps1", type=int, default=8, help="stage-1 rollout steps")
-    p.add_argument("--steps2", type=int, default=30, help="stage-2 rollout steps")
+    p.add_argument("--steps2", type=int, default=20, help="stage-2 rollout steps")
     p.add_argument("--lr", type=float, default=train_rehearsal.DEFAULT_LR)
     p.add_argument("--eval-samples", type=int, default=2, help="samples per held-out question (100 questions)")
     p.add_argument(

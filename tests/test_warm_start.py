@@ -39,7 +39,7 @@ def test_shipped_warm_start_is_built_from_todays_inputs():
 
 def test_shipped_warm_start_copies_sometimes_on_heldout_people():
     """Sampled here from the shipped weights (not read from build.json): the query names the person in most
-    searches (0.76 in build.json), the answer is the documents' city sometimes, and another person's documents
+    searches (0.87 in build.json), the answer is the documents' city sometimes, and another person's documents
     do not yield the asked person's city beyond chance."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -51,6 +51,22 @@ def test_shipped_warm_start_copies_sometimes_on_heldout_people():
     assert got["names_rate"] >= 0.6, got
     assert 0.07 <= got["doc_city"] <= 0.5, got
     assert got["swapped_gold"] <= 0.12, got
+
+
+def test_training_and_heldout_names_are_alike_to_the_tokenizer():
+    """RL trains on the training split and is judged on the held-out one: a name the tokenizer made one token
+    would teach a one-token copy that held-out names (about three tokens) never use. Cities stay whole tokens."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(warm_start.SHIPPED)
+    pieces = {
+        split: [len(tokenizer.tokenize(" " + q.query)) for q, _ in fictional_people(split)]
+        for split in ("train", "heldout")
+    }
+    means = {split: sum(n) / len(n) for split, n in pieces.items()}
+    assert abs(means["train"] - means["heldout"]) < 0.3 and min(means.values()) > 2.5, means
+    assert sum(n == 1 for n in pieces["train"]) <= 0.05 * len(pieces["train"]), means
+    assert all(len(tokenizer.tokenize(" " + city)) == 1 for city in CITIES)
 
 
 def test_ensure_returns_the_shipped_folder_when_fresh(tmp_path):

@@ -13,7 +13,7 @@ from typing import Any
 
 from searchrl.paths import EXAMPLES
 from searchrl.tiny_policy import supervise
-from searchrl.tiny_policy.curriculum import EOS, Recipe, World, segments
+from searchrl.tiny_policy.curriculum import EOS, Recipe, World, made_up, segments
 from searchrl.tiny_policy.mixture import Question, fictional_questions, real_questions, trajectory
 from searchrl.tiny_policy.model import build_policy
 from searchrl.tiny_policy.probe import probe
@@ -38,16 +38,21 @@ def world(template: str, retrieve: Retrieve) -> World:
 
 
 def tokenizer_texts(w: World, seed: int) -> list[str]:
-    """What the tokenizer is trained on: the template, one correct episode per real question and three per
-    training person, and both corpora (so names and cities seen often become whole tokens, as in a real BPE)."""
+    """What the tokenizer is trained on: the template, one correct episode per real question and three made-up
+    people per training person with their passages (so cities seen often become whole tokens, as in a real BPE).
+
+    No fictional name of either split is in it: a training name seen dozens of times became one token while a
+    held-out name split into about three, so RL on the training people taught a one-token copy that held-out
+    questions never use (their queries named the person in 0.62-0.65 of searches, the training people's 0.94)."""
     rng = random.Random(seed)
     texts = [w.template] * 20
-    for q, docs in [*w.real, *w.people, *w.people, *w.people]:
+    stand_ins = [made_up(rng, w.taken) for _ in range(3 * len(w.people))]
+    for q, docs in [*w.real, *stand_ins]:
         messages = trajectory("correct", w.prompt(q.question, False), q, docs, rng, EOS, 0.5)
         texts.append("".join(text for text, _ in segments(messages)))
     for line in (EXAMPLES / "mini_corpus.jsonl").open(encoding="utf-8"):
         texts.append(json.loads(line)["text"])
-    texts += [p for _, docs in w.people for p in docs]
+    texts += [p for _, docs in stand_ins[: len(w.people)] for p in docs]
     return texts
 
 
