@@ -59,6 +59,12 @@ class ServerConfig(IndexSettings):
         "encoder works while the event loop answers the other half (0: never; pays with --forward-batch 64)",
     )
     cache_size: int = Field(default=100_000, ge=0)
+    latency_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="seconds added to every search request, as a web provider takes (0.5-3 s): to measure training "
+        "against slow search with a local index (benchmarks/async_rollout.py); 0 otherwise",
+    )
     max_top_k: int = Field(default=100, ge=1)
     max_queries: int = Field(default=1024, ge=1)
     max_query_chars: int = Field(default=512, ge=1, description="longest query; search queries are a few words")
@@ -223,6 +229,8 @@ class SearchService:
             )
 
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
+        if self.config.latency_s:
+            await asyncio.sleep(self.config.latency_s)  # other requests are served meanwhile, as a provider's are
         keys = [(normalise_query(q), top_k, self.version) for q in queries]
         results: list[list[Passage] | None] = [self.cache.get(k) for k in keys]
         missing = [i for i, r in enumerate(results) if r is None]
@@ -242,6 +250,7 @@ class SearchService:
             "manifest": getattr(self.backend, "manifest", None),
             "index_version": self.version,
             "cache": self.cache.stats(),
+            "latency_s": self.config.latency_s,
             "batching": self.batcher.stats() if self.batcher else {"enabled": False},
             "cpu_threads": (threads.stats() if (threads := policy()) else None),
         }
@@ -469,6 +478,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--split-min", type=int, default=_default("split_min"), help=_help("split_min"))
     p.add_argument("--cache-size", type=int, default=_default("cache_size"), help="LRU result-cache entries (0: off)")
+    p.add_argument("--latency-s", type=float, default=_default("latency_s"), help=_help("latency_s"))
     p.add_argument("--max-top-k", type=int, default=_default("max_top_k"))
     p.add_argument("--max-queries", type=int, default=_default("max_queries"), help="most queries in one request")
     p.add_argument("--max-query-chars", type=int, default=_default("max_query_chars"), help=_help("max_query_chars"))
@@ -523,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         max_wait_ms=args.max_wait_ms,
         split_min=args.split_min,
         cache_size=args.cache_size,
+        latency_s=args.latency_s,
         max_top_k=args.max_top_k,
         max_queries=args.max_queries,
         max_body_bytes=args.max_body_bytes,

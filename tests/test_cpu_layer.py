@@ -121,6 +121,35 @@ def test_requests_arriving_together_share_one_batch(policy):
     assert calls == [3] and all(1 <= len(d.token_ids) <= 4 for d in done)
 
 
+def test_pause_parks_a_running_batch_between_tokens_and_holds_new_ones(policy):
+    """OpenRLHF's partial rollout: pause, change the weights, resume. While paused nothing computes (so the weights
+    may change), no new batch starts, and the parked request goes on afterwards, counted as spanning a sync."""
+    model, tok, _ = policy
+    steps: list[int] = []
+    sampler = BatchSampler(model, tok, 4096, logits_processors=[lambda ids, scores: steps.append(1) or scores])
+    prompt = tok("Who wrote the book?", add_special_tokens=False)["input_ids"]
+    long = params(max_tokens=60, ignore_eos=True, temperature=1.0)
+
+    async def run():
+        first = asyncio.create_task(sampler.generate(prompt, long))
+        while len(steps) < 3:  # the batch is under way
+            await asyncio.sleep(0.001)
+        assert not sampler.quiet
+        await sampler.pause()
+        assert sampler.quiet and sampler.running == 1
+        parked_at = len(steps)
+        late = asyncio.create_task(sampler.generate(prompt, params(max_tokens=2)))
+        await asyncio.sleep(0.2)
+        assert len(steps) == parked_at and sampler.pending and not first.done()  # parked, and the late one waits
+        sampler.version += 1  # what the engine's worker does once a sync's last parameter is in
+        sampler.resume()
+        return await first, await late
+
+    done, late = asyncio.run(run())
+    assert len(done.token_ids) == 60 and len(late.token_ids) == 2
+    assert (sampler.pauses, sampler.across_syncs) == (1, 1)
+
+
 def test_weight_sync_over_gloo_through_openrlhf_set_up(policy, tmp_path):
     """DeepSpeed rank 0 broadcasts every parameter as OpenRLHF's broadcast_to_vllm does; the engine's
     worker receives them through OpenRLHF's own stateless_init_process_group; digests then agree."""

@@ -127,6 +127,21 @@ def test_health_reports_manifest_and_cache_hit_rate(server_url):
     assert health["cache"]["hits"] >= 2 and 0 < health["cache"]["hit_rate"] <= 1
 
 
+def test_latency_delays_each_request_not_the_others():
+    """--latency-s stands in for a web provider: every request waits that long, side by side, and says so."""
+    backend = fixture_backend()
+    queries = [q["query"] for q in fixture_queries()][:16]
+    with running_server(create_app(ServerConfig(latency_s=0.5, cache_size=0), backend=backend)) as url:
+        t0 = time.monotonic()
+        served = asyncio.run(fire(url, queries, 3))
+        took = time.monotonic() - t0
+        health = httpx.get(f"{url}/health").json()
+    assert 0.5 <= took < 0.5 * len(queries) / 4, took  # overlapped, not one after another
+    assert health["latency_s"] == 0.5
+    for got, want in zip(served, backend.search_sync(queries, 3), strict=True):
+        same_results(got, want)
+
+
 def test_bearer_token(monkeypatch):
     monkeypatch.setenv("SEARCHRL_SEARCH_TOKEN", "s3cret")
     with running_server(create_app(ServerConfig(), backend=fixture_backend())) as url:

@@ -31,6 +31,7 @@ from searchrl.rehearsal.ray_head import (
     ray_ports,
     release_block,
 )
+from searchrl.rehearsal.training import step_clock, trainer_class
 from searchrl.stage.openrlhf_flags import validated_args
 from searchrl.tiny_policy import mixture
 
@@ -272,3 +273,22 @@ def test_jobs_side_by_side_share_the_rehearsal_index():
     with ThreadPoolExecutor(3) as pool:
         got = list(pool.map(lambda _: rehearsal_index(), range(3)))
     assert len(set(got)) == 1 and (got[0] / "manifest.json").is_file()
+
+
+def test_which_trainer_ran_and_its_step_clock_are_read_from_the_jobs_own_lines(tmp_path):
+    def line(actor: str, when: str, where: str, text: str) -> str:
+        return f"\x1b[36m({actor} pid=1)\x1b[0m INFO {when} {where}] {text}\n"
+
+    sync, asynchronous = tmp_path / "sync.log", tmp_path / "async.log"
+    sync.write_text(
+        line("PPOTrainer", "11-27 02:31:18", "ppo_trainer.py:551", "\u2728 Global step 1: {'reward': 0.5}")
+        + line("PPOTrainer", "11-27 02:31:33", "ppo_trainer.py:551", "\u2728 Global step 2: {'reward': 0.6}")
+    )
+    asynchronous.write_text(
+        line("PPOTrainerAsync", "11-27 02:38:56", "ppo_trainer_async.py:290", "queue_size=1")
+        + line("TrainingActor", "11-27 23:59:57", "ppo_trainer_async.py:244", "Global step 1: {'x': 1}")
+        + line("TrainingActor", "11-28 00:00:09", "ppo_trainer_async.py:244", "Global step 2: {'x': 1}")
+    )
+    assert (trainer_class(sync), step_clock(sync)) == ("PPOTrainer", [0.0, 15.0])
+    assert (trainer_class(asynchronous), step_clock(asynchronous)) == ("PPOTrainerAsync", [0.0, 12.0])
+    assert trainer_class(tmp_path / "none.log") is None and step_clock(tmp_path / "none.log") == []

@@ -24,6 +24,7 @@ from searchrl.job.plan import masked, plan_stage, ray_command, runtime_env
 from searchrl.job.readiness import wait_until_ready
 from searchrl.paths import ROOT
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig
+from searchrl.stage.schedules import add_schedule_flags, gpus_needed, schedule_overrides
 
 RAY_MISSING = (
     "`ray` is not installed here: pip install -e '.[train]' on the submitting machine (Ray 2.55 and OpenRLHF)"
@@ -37,6 +38,14 @@ STAGE_HELP = (
     "stage1: format reward; stage2: format + answer reward; router_r1: LLM routing (Router-R1); "
     "rag_r1: stage 2 with RAG-R1's multi-query search"
 )
+
+
+# Under async the engines generate while the actor trains, so they cannot share its GPUs as the stage files have them.
+ASYNC_GPUS = {
+    s: " (the engines beside the actor's, not on them: on one 8-GPU node, set actor/ref.num_gpus_per_node=4 and "
+    "vllm.num_engines=4)"
+    for s in ("async", "async-partial")
+}
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -61,6 +70,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         ready.add_argument("--window", type=int, default=10, help="last logged steps averaged (default 10)")
         ready.add_argument("--poll-s", type=float, default=300.0, help="seconds between looks at the logs")
         ready.add_argument("--wait-s", type=float, default=7 * 24 * 3600.0, help="give up after this long")
+    add_schedule_flags(p)
     p.add_argument(
         "overrides", nargs="*", metavar="key=value", help="config overrides, e.g. openrlhf.rollout.batch_size=32"
     )
@@ -69,6 +79,10 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 def run(command: str, argv: list[str] | None) -> int:
     args = build_parser(command).parse_intermixed_args(argv)
+    if args.stage == "sft" and args.schedule:
+        print("error: --async / --partial-rollout: the SFT stage has no rollouts", file=sys.stderr)
+        return 2
+    args.overrides = [*schedule_overrides(args), *args.overrides]
     dry_run = command == "dry-run"
     address = getattr(args, "address", None)  # preflight contacts no Ray
     if args.stage == "sft":
@@ -105,6 +119,7 @@ def run(command: str, argv: list[str] | None) -> int:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     print(f"# {stage.stage}: policy {plan['policy']} ({plan['policy_source']}); config inline in ${CONFIG_JSON_ENV}")
+    print(f"# schedule {stage.schedule}: {gpus_needed(plan['flags'])} GPUs" + ASYNC_GPUS.get(stage.schedule, ""))
     print(shlex.join(shown))
     resolved.parent.mkdir(parents=True, exist_ok=True)
     if dry_run:

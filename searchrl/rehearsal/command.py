@@ -19,6 +19,7 @@ from searchrl.rehearsal import episodes, sft, training
 from searchrl.rehearsal.inputs import rehearsal_index
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
 from searchrl.stage.config import STAGES
+from searchrl.stage.schedules import add_schedule_flags, schedule_overrides
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--seed", type=int, default=0, help="seed of the run (sft too); the warm start is the shipped one"
     )
+    train.add_argument(
+        "--search-latency-s",
+        type=float,
+        default=0.0,
+        help="seconds the rehearsal's retrieval server adds to each search (a web provider takes 0.5-3 s)",
+    )
+    add_schedule_flags(p)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. episode.top_k=5")
     return p
 
@@ -69,6 +77,7 @@ def rehearse_sft(overrides: list[str], seed: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
+    args.overrides = [*schedule_overrides(args), *args.overrides]
     exit_on_sigterm()
     if args.stage == "sft":
         return rehearse_sft(args.overrides, args.seed)
@@ -83,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             pretrain=args.pretrain,
             lr=args.lr if args.lr is not None else training.DEFAULT_LR,
             seed=args.seed,
+            search_latency_s=args.search_latency_s,
         )
     return episodes.run(args.stage, args.model, args.overrides, args.episodes)
 

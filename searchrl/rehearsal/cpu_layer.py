@@ -44,7 +44,7 @@ def cpu_overrides(flags: dict[str, Any], lr: float) -> list[Override]:
         Override("vllm.sync_backend", "gloo", "NCCL needs GPUs: the weight broadcast to the engines runs over gloo"),
         Override("actor.num_gpus_per_node", 1, "one DeepSpeed rank (a logical GPU) on a 2-core machine"),
         Override("ref.num_gpus_per_node", 1, "as the actor"),
-        Override("vllm.num_engines", 1, "colocate_all needs as many engines x tensor parallel as actor GPUs"),
+        Override("vllm.num_engines", 1, "one engine beside the one actor rank (on its logical GPU when colocated)"),
         Override("vllm.tensor_parallel_size", 1, "the CPU stand-in runs one engine per process"),
         Override("rollout.n_samples_per_prompt", samples, "CPU time (16 a prompt on GPUs)"),
         Override("rollout.batch_size", prompts, "CPU time (64 prompts a step on GPUs)"),

@@ -37,6 +37,7 @@ from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_prompts, rehearsal_
 from searchrl.rehearsal.ray_head import RayHead
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
 from searchrl.stage.config import STAGES
+from searchrl.stage.schedules import gpus_needed
 
 TRAIN_DIR = REHEARSAL_DIR / "train"
 ENTRY = "openrlhf.cli.train_ppo_ray"
@@ -54,6 +55,29 @@ def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> li
 
 
 GLOBAL_STEP = re.compile(r"Global step (\d+): .*?'reward': ([-\d.e]+)")
+# Which of OpenRLHF's trainers ran, read from the job's own lines: the async one logs its steps from its
+# TrainingActor, in ppo_trainer_async.py; the sync one from ppo_trainer.py.
+TRAINERS = {"PPOTrainerAsync": re.compile(r"ppo_trainer_async\.py:\d+\] Global step"),
+            "PPOTrainer": re.compile(r"ppo_trainer\.py:\d+\] .*Global step")}  # fmt: skip
+
+
+STEP_LINE = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d) ppo_trainer(?:_async)?\.py:\d+\] .*?Global step (\d+):")
+
+
+def step_clock(job_log: Path) -> list[float]:
+    """When each rollout step ended, in seconds after the first did, from the timestamps of OpenRLHF's own step
+    lines (to the second): the steady pace of a run, without its start-up."""
+    text = job_log.read_text(encoding="utf-8", errors="replace") if job_log.is_file() else ""
+    stamps = [time.strptime(f"2000-{m.group(1)}", "%Y-%m-%d %H:%M:%S") for m in STEP_LINE.finditer(text)]
+    seconds = [time.mktime(s) for s in stamps]
+    return [t - seconds[0] for t in seconds]
+
+
+def trainer_class(job_log: Path) -> str | None:
+    text = job_log.read_text(encoding="utf-8", errors="replace") if job_log.is_file() else ""
+    return next((name for name, pattern in TRAINERS.items() if pattern.search(text)), None)
+
+
 HEARTBEAT_S = 15.0
 
 
@@ -101,10 +125,16 @@ def synced_digests(sync_log: Path) -> list[str]:
     """The weights digest each engine reported after its last sync."""
     if not sync_log.is_file():
         return []
-    last: dict[int, str] = {}
-    for line in sync_log.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        last[entry["pid"]] = entry["digest"]
+    return [entry["digest"] for entry in last_syncs(sync_log)]
+
+
+def last_syncs(sync_log: Path) -> list[dict[str, Any]]:
+    """Each engine's last sync record: its weights digest, and its pauses and requests across syncs so far."""
+    last: dict[int, dict[str, Any]] = {}
+    if sync_log.is_file():
+        for line in sync_log.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            last[entry["pid"]] = entry
     return list(last.values())
 
 
@@ -200,13 +230,15 @@ def train(
     head: RayHead | None = None,
     search_url: str | None = None,
     label: str = "train",
+    search_latency_s: float = 0.0,
 ) -> dict[str, Any]:
     """Run the stage's training job on CPU for `steps` rollout steps; returns the summary (see the module
     docstring). Raises ConfigError (a bad request) or RuntimeError (a failed job).
 
     `head`: a running Ray head to submit to (left running), and `search_url`: a retrieval server already serving
     the rehearsal index, so that several stages in a row pay the head's and the encoder's start-up once. `label`
-    prefixes the progress lines (jobs side by side on one head)."""
+    prefixes the progress lines (jobs side by side on one head). `search_latency_s`: the delay the retrieval
+    server started here adds to each search (a web provider's, for benchmarks/async_rollout.py)."""
     stage = STAGES[stage_name]
     if stage not in ("stage1_format", "stage2_answer"):
         raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
@@ -226,6 +258,7 @@ def train(
             f"`searchrl stage rehearse stage1 --train --steps N{where}` first (or pass --pretrain PATH)"
         )
     _clean(final, ckpt, tb, sync_log, work / "resumed")
+    search_url_given = search_url
     index = rehearsal_index()
     start: list[str] = []
     if stage == "stage1_format":
@@ -261,9 +294,8 @@ def train(
     try:
         if search_url is None:
             search_port = free_port()
-            started.append(
-                start_module("search_backend.serve", ["--index", str(index)], search_port, work / "retrieval.log", 300)
-            )
+            serve_args = ["--index", str(index), "--latency-s", str(search_latency_s)]
+            started.append(start_module("search_backend.serve", serve_args, search_port, work / "retrieval.log", 300))
             search_url = f"http://127.0.0.1:{search_port}"
         servers = [f"search.urls={search_url}"]
         plan0 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags])
@@ -278,8 +310,7 @@ def train(
         for o in all_overrides:
             print(f"[override] {o.flag}={o.value!r}: {o.reason}", flush=True)
         env = runtime_env_with_cpu_layer(runtime_env(plan), all_overrides, sync_log)
-        gpus = int(plan["flags"].get("actor.num_nodes", 1)) * int(plan["flags"]["actor.num_gpus_per_node"])
-        head = head_for(head, work, gpus)
+        head = head_for(head, work, gpus_needed(plan["flags"]))
         head.wait()
         launch = f"python3 -m searchrl.rehearsal.cpu.launch {ENTRY}"
         print(f"[{label}] ray job submit ... -- {launch} (log {work / 'job.log'})", flush=True)
@@ -316,13 +347,21 @@ def train(
         switch = readiness(plan["previous"][0], 0.9, 0.9, 10)
         switch["checkpoint_written"] = (Path(str(plan["policy"])) / "config.json").is_file()
     synced = synced_digests(sync_log)
+    engines = last_syncs(sync_log)
     saved = saved_digest(final)
     rewards = [c["reward"] for c in curves.values() if "reward" in c]
     keys = {tuple(sorted(k for k in c if not k.startswith(("timing/", "rollout/")))) for c in curves.values()}
     return {
         "stage": stage,
         "entry": ENTRY,
+        "async": bool(plan["flags"].get("train.async_enable")),
+        "partial_rollout": bool(plan["flags"].get("train.partial_rollout_enable")),
+        "trainer": trainer_class(work / "job.log"),
+        "engine_pauses": sum(e.get("pauses", 0) for e in engines),
+        "requests_across_syncs": sum(e.get("across_syncs", 0) for e in engines),
         "steps": len(curves),
+        "step_clock": step_clock(work / "job.log"),
+        "search_latency_s": search_latency_s if search_url_given is None else None,
         "prompt_pool": pool,
         "train_steps": train_steps,
         "pretrain": str(plan["policy"]),

@@ -18,6 +18,7 @@ from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS
 from searchrl.stage.algorithms import ALGORITHMS
 from searchrl.stage.prompt import StagePrompt
+from searchrl.stage.schedules import FORCED, SCHEDULES
 from searchrl.stage.search import StageSearchConfig
 
 # The resolved stage config for the agent in every vLLM engine process: inline JSON (what a Ray
@@ -140,14 +141,22 @@ class StageConfig(Strict):
     algorithm: Literal["ppo", "reinforce++", "grpo"] | None = Field(
         None, description="a flag set of searchrl/stage/algorithms.py, merged under `openrlhf:` (whose flags win)"
     )
+    schedule: Literal["sync", "async", "async-partial"] = Field(
+        "sync", description="how generation and training take turns: searchrl/stage/schedules.py"
+    )
     openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")
 
     @model_validator(mode="before")
     @classmethod
-    def _algorithm_flags(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("algorithm") in ALGORITHMS:
-            return {**data, "openrlhf": {**ALGORITHMS[data["algorithm"]], **(data.get("openrlhf") or {})}}
-        return data
+    def _named_flag_sets(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        algorithm = ALGORITHMS.get(data.get("algorithm"), {})  # type: ignore[arg-type]
+        schedule = data.get("schedule", "sync")
+        if schedule not in SCHEDULES:
+            return data  # the field's own check names the choices
+        flags = {**algorithm, **SCHEDULES[schedule], **(data.get("openrlhf") or {}), **FORCED[schedule]}
+        return {**data, "openrlhf": flags}
 
     @field_validator("openrlhf")
     @classmethod

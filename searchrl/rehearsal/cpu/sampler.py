@@ -9,12 +9,18 @@ What vLLM guarantees and OpenRLHF's agent loop relies on, kept here:
   top-k) as the engine's `logprobs_mode` says.
 Requests waiting together run as one left-padded `generate` in a worker thread, so the event loop keeps
 serving the agent's searches and rewards while the CPU samples.
+
+`pause()` / `resume()` are vLLM's pause and resume of generation (`mode="keep"`), which OpenRLHF's partial
+rollout wraps each weight sync in: no new batch starts while paused, and a running one parks between two tokens
+and goes on after `resume()` with the weights it then finds. Unlike vLLM, the tokens before the pause stay in
+the cache as they were computed (vLLM recomputes them): the request still holds tokens of two weight versions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +81,39 @@ class BatchSampler:
         self.pending: list[_Request] = []
         self.running = 0
         self._worker: asyncio.Task | None = None
+        self._go = threading.Event()  # cleared while paused: a running batch parks at its next token
+        self._go.set()
+        self._parked = threading.Event()
+        self.pauses = 0
+        self.version = 0  # weight syncs so far (the engine's worker counts them)
+        self.across_syncs = 0  # requests that held tokens of more than one weight version
+
+    @property
+    def paused(self) -> bool:
+        return not self._go.is_set()
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing is computing: no batch runs, or the running one is parked."""
+        return self.running == 0 or self._parked.is_set()
+
+    async def pause(self) -> None:
+        """Returns once nothing computes, so the weights can be changed underneath."""
+        self._go.clear()
+        self.pauses += 1
+        while not self.quiet:
+            await asyncio.sleep(0.002)
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def _gate(self, input_ids: Any, scores: Any) -> Any:
+        """A logits processor: the point between two tokens where a paused batch waits."""
+        if not self._go.is_set():
+            self._parked.set()
+            self._go.wait()
+            self._parked.clear()
+        return scores
 
     @property
     def unfinished(self) -> int:
@@ -92,12 +131,16 @@ class BatchSampler:
     async def _drain(self) -> None:
         while self.pending:
             await asyncio.sleep(BATCH_WINDOW_S)
+            while self.paused:  # no batch starts while paused
+                await asyncio.sleep(BATCH_WINDOW_S)
             key = _key(self.pending[0].params)
             batch = [r for r in self.pending if _key(r.params) == key][:MAX_BATCH]
             self.pending = [r for r in self.pending if r not in batch]
             self.running = len(batch)
+            version = self.version
             try:
                 results = await asyncio.to_thread(self._generate, batch)
+                self.across_syncs += len(batch) if self.version != version else 0
             except Exception as e:  # one failed batch fails its requests, not the engine
                 for r in batch:
                     if not r.future.done():
@@ -146,7 +189,7 @@ class BatchSampler:
             input_ids=ids,
             attention_mask=mask,
             generation_config=config,
-            logits_processor=LogitsProcessorList(self.logits_processors),
+            logits_processor=LogitsProcessorList([*self.logits_processors, self._gate]),
             tokenizer=self.tokenizer if params.stop else None,
         )
         generated = out.sequences[:, width:]

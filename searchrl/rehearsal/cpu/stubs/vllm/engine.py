@@ -37,10 +37,11 @@ class AsyncEngineArgs:
 class _Worker:
     """vLLM's worker side of OpenRLHF's weight sync (its `WorkerWrap`), for a CPU model."""
 
-    def __init__(self, model: Any, dtype: torch.dtype, engine_seed: int) -> None:
+    def __init__(self, model: Any, dtype: torch.dtype, engine_seed: int, sampler: BatchSampler) -> None:
         self.model = model
         self.dtype = dtype
         self.engine_seed = engine_seed
+        self.sampler = sampler
         self.group: Any = None
         self.synced = 0
 
@@ -56,6 +57,9 @@ class _Worker:
     def update_weight(self, name, dtype, shape, empty_cache=False):
         if dtype != self.dtype:
             raise AssertionError(f"mismatch dtype: src {dtype}, dst {self.dtype}")
+        if not self.sampler.quiet:
+            # vLLM changes weights only between steps; here a forward pass would read half-copied ones.
+            raise RuntimeError("update_weight while a batch generates: OpenRLHF holds the lock or pauses first")
         weight = torch.empty(shape, dtype=dtype)
         self.group.broadcast(weight, src=0)
         params = dict(self.model.named_parameters())
@@ -64,6 +68,7 @@ class _Worker:
         params[name].data.copy_(weight)
         if empty_cache:  # OpenRLHF flags the last parameter of a sync this way
             self.synced += 1
+            self.sampler.version = self.synced
             self._record()
 
     def update_weight_cuda_ipc(self, *args: Any, **kwargs: Any):
@@ -73,6 +78,7 @@ class _Worker:
         log = os.environ.get(SYNC_LOG_ENV)
         if log:
             entry = {"pid": os.getpid(), "seed": self.engine_seed, "sync": self.synced}
+            entry |= {"pauses": self.sampler.pauses, "across_syncs": self.sampler.across_syncs}
             entry["digest"] = weights_digest(self.model.named_parameters())
             with Path(log).open("a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
@@ -100,7 +106,7 @@ class AsyncLLMEngine:
         max_len = int(kw.get("max_model_len") or self.model.config.max_position_embeddings)
         self.sampler = BatchSampler(self.model, self.tokenizer, max_len, str(kw.get("logprobs_mode") or "raw"))
         self.output_processor = _OutputProcessor(self.sampler)
-        self.worker = _Worker(self.model, self.dtype, seed)
+        self.worker = _Worker(self.model, self.dtype, seed, self.sampler)
         self.enable_sleep = bool(kw.get("enable_sleep_mode", False))
         self.asleep: set[str] = set()
         self.prefix_cache_resets = 0
@@ -123,11 +129,13 @@ class AsyncLLMEngine:
     async def reset_prefix_cache(self) -> None:
         self.prefix_cache_resets += 1
 
-    async def pause_generation(self, mode: str = "keep") -> None:
-        return None
+    async def pause_generation(self, mode: str = "keep", clear_cache: bool = True) -> None:
+        if mode != "keep":
+            raise ValueError(f"pause_generation(mode={mode!r}): the CPU stand-in keeps requests (mode='keep')")
+        await self.sampler.pause()
 
     async def resume_generation(self) -> None:
-        return None
+        self.sampler.resume()
 
     async def collective_rpc(self, method: str, args: tuple = (), kwargs: dict | None = None) -> list[Any]:
         if method.startswith("update_weight") and "weights" in self.asleep:
