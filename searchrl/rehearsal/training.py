@@ -123,8 +123,6 @@ def step_curves(logdir: Path) -> dict[int, dict[str, float]]:
 
 def synced_digests(sync_log: Path) -> list[str]:
     """The weights digest each engine reported after its last sync."""
-    if not sync_log.is_file():
-        return []
     return [entry["digest"] for entry in last_syncs(sync_log)]
 
 
@@ -346,8 +344,8 @@ def train(
         # What `--when-ready` reads on GPUs before it hands stage 1's checkpoint to stage 2: reported here.
         switch = readiness(plan["previous"][0], 0.9, 0.9, 10)
         switch["checkpoint_written"] = (Path(str(plan["policy"])) / "config.json").is_file()
-    synced = synced_digests(sync_log)
     engines = last_syncs(sync_log)
+    synced = [e["digest"] for e in engines]
     saved = saved_digest(final)
     rewards = [c["reward"] for c in curves.values() if "reward" in c]
     keys = {tuple(sorted(k for k in c if not k.startswith(("timing/", "rollout/")))) for c in curves.values()}

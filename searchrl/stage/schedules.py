@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | None
+from searchrl.stage.algorithms import FlagValue
 
 _CORRECTED: dict[str, FlagValue] = {
     "train.async_enable": True,
