@@ -1033,6 +1033,34 @@ def learning(name: str = "learning", targets: bool = True) -> str:
     return f"{head}\n\n{body}\n\nTargets: {targets}."
 
 
+def async_projection() -> str:
+    d = load("async_projection")
+    rows = [
+        (r["decode"], num(r["latency_s"]), num(r["generation_8_s"]), num(r["critical_path_s"]), num(r["training_8_s"]),
+         num(r["sync_step_s"]), num(r["async_4_4_step_s"]), f"{r['async_over_sync']:.2f}x")
+        for r in d["rows"]
+    ]  # fmt: skip
+    body = table(["decode", "search s", "generation, 8 GPUs (s)", "critical path (s)", "training, 8 GPUs (s)",
+                  "colocated sync step (s)", "async 4+4 step (s)", "async / sync"], rows)  # fmt: skip
+    rates, shape = d["rates"], d["episode_shape"]
+    g = d["gpu"]["machine"]
+    crossing = "; ".join(f"{k}: {v if v is not None else 'never'} s" for k, v in d["crossover_latency_s"].items())
+    notes = (
+        f"Measured on one {g['device_name']} ({g['torch']}): forward+backward {rates['train_tokens_per_s']:,.0f} "
+        f"tokens/s, no-grad forward {rates['logprob_tokens_per_s']:,.0f}, "
+        f"prefill {rates['prefill_tokens_per_s']:,.0f}, "
+        f"decode {rates['decode_step_s_measured'] * 1000:.1f} ms a step at batch {rates['decode_batch']} (bandwidth "
+        f"bound {rates['decode_step_s_bound'] * 1000:.1f} ms). Episode: {shape['searches_mean']} searches (at most "
+        f"{shape['searches_max']:.0f}), {shape['policy_tokens_mean']:.0f} policy tokens (at most "
+        f"{shape['policy_tokens_max']:.0f}), {shape['document_tokens_mean']:.0f} document tokens, "
+        f"{d['episodes_per_step']:,} episodes a step; a chain of {d['critical_chain']['used']:.0f} searches on the "
+        f"critical path (the CPU run measured {d['critical_chain']['measured_cpu']}); weight sync {d['sync_s']} s "
+        f"assumed. Async overtakes sync from a search latency of {crossing}."
+    )
+    head = source("async_projection", d, " A model on paper, from the measured figures below.")
+    return f"{head}\n\n{body}\n\n{notes}"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "encode": encode,
     "scale": scale,
@@ -1056,6 +1084,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "router-cost": router_cost,
     "learning": learning,
     "learning-options": partial(learning, "learning_options", targets=False),
+    "async-projection": async_projection,
 }
 
 
