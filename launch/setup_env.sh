@@ -34,7 +34,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   # The training rehearsal runs OpenRLHF's own train_ppo_ray, which imports DeepSpeed (OpenRLHF's pin).
   # It ships as an sdist: built against the torch installed here (no isolated build env, which would
-  # fetch a CUDA torch) and without prebuilt ops (its CPU ops compile on first use, about 90 s, once).
+  # fetch a CUDA torch) and without prebuilt ops (its CPU FusedAdam compiles once, below).
   if ! "$PY" -c "import deepspeed" 2>/dev/null; then
     export DS_BUILD_OPS=0
     pipi --no-build-isolation "$DEEPSPEED_SPEC"
@@ -43,6 +43,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$PY" -c "import torch, fastapi, faiss, sentence_transformers, openrlhf, torch_geometric, deepspeed, peft" \
     || { echo "[setup] install incomplete: see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
+  # DeepSpeed compiles its CPU FusedAdam on first use (about 40 s): built now, in the background, so the first
+  # training job finds it ready (one that starts meanwhile waits on the build's lock).
+  nohup "$PY" -m searchrl.rehearsal.cpu.prebuild >>"$SEARCHRL_VENV/setup.log" 2>&1 &
 fi
 export SEARCHRL_ROOT SEARCHRL_VENV PY
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from searchrl.paths import ROOT
+from searchrl.process import free_port
 from searchrl.rehearsal.cpu.cuda_shims import CpuDevice
 from searchrl.rehearsal.cpu.sampler import BatchSampler
 from searchrl.tiny_policy.model import build_policy
@@ -192,6 +193,50 @@ def test_weight_sync_over_gloo_through_openrlhf_set_up(policy, tmp_path):
     lines = dict(line.split() for line in done.stdout.splitlines() if line.startswith(("ENGINE", "TRAINED")))
     assert done.returncode == 0, done.stderr[-3000:]
     assert lines["ENGINE"] == lines["TRAINED"]
+
+
+def test_deepspeed_trains_over_gloo_without_building_the_shared_memory_op(policy, tmp_path):
+    """With the layer active, a ZeRO-3 engine built from OpenRLHF's own DeepSpeed config trains a step and compiles
+    nothing: DeepSpeed would otherwise JIT-build its shared-memory allreduce into the extensions folder. (The
+    optimizer here is DeepSpeed's torch_adam, so that its FusedAdam, built at set-up, is not rebuilt in a fresh
+    extensions folder.)"""
+    _, _, folder = policy
+    script = tmp_path / "ds.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import json, os, sys, torch
+        sys.path.insert(0, {str(STUBS)!r}); sys.path.insert(0, {str(ROOT)!r})
+        from searchrl.rehearsal.cpu import activate
+        activate()
+        import deepspeed
+        from deepspeed.comm import comm as ds_comm
+        from openrlhf.utils.deepspeed.deepspeed_utils import get_train_ds_config
+        from transformers import AutoModelForCausalLM
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str({free_port()}), RANK="0", WORLD_SIZE="1",
+                          LOCAL_RANK="0")
+        deepspeed.init_distributed("gloo")
+        model = AutoModelForCausalLM.from_pretrained({str(folder)!r}, dtype=torch.float32)
+        optim = {{"type": "AdamW", "params": {{"lr": 0.01, "eps": 1e-7, "weight_decay": 0.1, "torch_adam": True}}}}
+        cfg = get_train_ds_config(offload=False, stage=3, optim_config=optim, param_dtype="fp32")
+        cfg.update(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1)
+        engine, opt, _, _ = deepspeed.initialize(model=model, config=cfg, model_parameters=model.parameters())
+        with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+            before = [p.detach().clone() for p in engine.module.parameters()]
+        ids = torch.tensor([[5, 6, 7, 8, 9]])
+        engine.backward(engine(input_ids=ids, labels=ids).loss)
+        engine.step()
+        with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+            moved = max((a - b).abs().max().item() for a, b in zip(engine.module.parameters(), before))
+        print("RESULT", json.dumps({{"moved": moved, "shm": ds_comm.cdb.shm_comm_op is None}}))
+    """)
+    )
+    ext = tmp_path / "torch_extensions"
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT"))[7:])
+    assert got["shm"] and got["moved"] > 1e-3, got
+    assert not ext.exists() or not any(ext.rglob("*.so"))  # nothing was compiled
 
 
 def test_flash_attn_padding_helpers_round_trip():

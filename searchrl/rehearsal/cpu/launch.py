@@ -2,8 +2,8 @@
 (`openrlhf.cli.train_ppo_ray`, `openrlhf.cli.train_sft`) on CPU, unchanged: its own parser, checks and training code
 run as `__main__`.
 
-Before it starts, the CUDA shims are installed in this process (Ray workers get them from the job's
-`worker_process_setup_hook`). The overrides in `$SEARCHRL_CPU_OVERRIDES` (a JSON list of
+Before it starts, the CUDA shims and DeepSpeed's CPU ops are installed in this process (Ray workers get them
+from the job's `worker_process_setup_hook`). The overrides in `$SEARCHRL_CPU_OVERRIDES` (a JSON list of
 `{"flag", "value", "reason"}`) are applied when the module asks for its strategy, which it does after
 its checks, so a check cannot undo one (OpenRLHF forces flash-attention whenever samples are packed).
 """
@@ -16,7 +16,8 @@ import runpy
 import sys
 from typing import Any
 
-from searchrl.rehearsal.cpu.cuda_shims import install
+from searchrl.rehearsal.cpu import activate
+from searchrl.rehearsal.cpu.deepspeed_ops import NOTES
 
 OVERRIDES_ENV = "SEARCHRL_CPU_OVERRIDES"
 
@@ -52,7 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         raise SystemExit(0 if argv else 2)
-    install()
+    activate()
+    for note in NOTES:
+        print(f"[cpu override] {note}", flush=True)
     apply_after_checks(json.loads(os.environ.get(OVERRIDES_ENV) or "[]"))
     module, flags = argv[0], argv[1:]
     sys.argv = [module, *flags]
