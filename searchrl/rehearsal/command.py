@@ -41,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--steps", type=int, default=2, help="rollout steps (default 2)")
     train.add_argument("--no-resume", action="store_true", help="skip the resume-from-checkpoint run")
+    train.add_argument(
+        "--crash-after-step",
+        type=int,
+        default=None,
+        metavar="K",
+        help="the crash check instead of the resume check: kill -9 the job mid-step K+1, resubmit, and require it "
+        "to finish from its last checkpoint with no step logged twice",
+    )
     train.add_argument("--out", type=Path, default=None, help="folder (default runs/rehearse/train)")
     train.add_argument("--pretrain", type=Path, default=None, help="start from this HF folder instead")
     train.add_argument(
@@ -93,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             lr=args.lr if args.lr is not None else training.DEFAULT_LR,
             seed=args.seed,
             search_latency_s=args.search_latency_s,
+            crash_after_step=args.crash_after_step,
         )
     return episodes.run(args.stage, args.model, args.overrides, args.episodes)
 

@@ -168,7 +168,7 @@ class RayHead:
             time.sleep(0.5)
         raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
 
-    def _descendants(self) -> list[int]:
+    def descendants(self) -> list[int]:
         children: dict[int, list[int]] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -185,7 +185,7 @@ class RayHead:
         return found
 
     def stop(self) -> None:
-        pids = [self.proc.pid, *self._descendants()]
+        pids = [self.proc.pid, *self.descendants()]
         # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
         self.proc.send_signal(signal.SIGTERM)
         try:

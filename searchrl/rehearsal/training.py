@@ -19,7 +19,9 @@ the saved model, a resumed run advances, extra_logs keys agree under a sampling 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -79,14 +81,26 @@ def trainer_class(job_log: Path) -> str | None:
 
 
 HEARTBEAT_S = 15.0
+# Long enough after a step's log line for the next step's rollout to be under way.
+KILL_DELAY_S = 3.0
 
 
-def run_job(head: RayHead, env: dict[str, Any], train_args: list[str], log: Path, label: str = "train") -> int:
+def run_job(
+    head: RayHead,
+    env: dict[str, Any],
+    train_args: list[str],
+    log: Path,
+    label: str = "train",
+    kill_after_step: int | None = None,
+    killed: list[str] | None = None,
+) -> int:
     """`ray job submit` with its output in `log`; a line on the screen for every rollout step OpenRLHF logs, and
     one at least every HEARTBEAT_S seconds while it starts up, so a long run is never silent. `label` tells the
-    lines of jobs that run side by side apart."""
+    lines of jobs that run side by side apart. `kill_after_step`: KILL_DELAY_S after that step is logged, in the
+    middle of the next, kill -9 the job's processes (their names go to `killed`)."""
     t0 = last = time.monotonic()
     steps = 0
+    kill_at: float | None = None
     with log.open("w", encoding="utf-8") as f, log.open("r", encoding="utf-8", errors="replace") as tail:
         proc = subprocess.Popen(job_command(head, env, train_args), cwd=ROOT, env=head.env, stdout=f, stderr=f)
         pending = ""
@@ -99,11 +113,57 @@ def run_job(head: RayHead, env: dict[str, Any], train_args: list[str], log: Path
                 took = time.monotonic() - t0
                 print(f"[{label}] step {step}: mean reward {float(reward):.3f} ({took:.0f} s)", flush=True)
                 last = time.monotonic()
+                if kill_after_step is not None and steps == kill_after_step:
+                    kill_at = last + KILL_DELAY_S
+            if kill_at is not None and time.monotonic() >= kill_at:
+                kill_at = None
+                names = kill_job(head)
+                if killed is not None:
+                    killed.extend(names)
+                print(f"[{label}] kill -9 of the job's {len(names)} processes, mid-step {steps + 1}", flush=True)
             if time.monotonic() - last >= HEARTBEAT_S:
                 took = time.monotonic() - t0
                 print(f"[{label}] running ({took:.0f} s, {steps} steps so far; log {log})", flush=True)
                 last = time.monotonic()
     return proc.returncode
+
+
+def kill_job(head: RayHead) -> list[str]:
+    """SIGKILL the job's driver and its actors, as a crashed node or an OOM kill leaves them; the Ray head and
+    its job supervisor live on, as a cluster does. Returns the names killed."""
+    names = []
+    for pid in head.descendants():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        actor = cmd.startswith("ray::") and not cmd.startswith(("ray::JobSupervisor", "ray::IDLE"))
+        if actor or "searchrl.rehearsal.cpu.launch" in cmd:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            names.append(cmd.split()[0] if actor else "driver")
+    return names
+
+
+def logged_steps(log: Path) -> list[int]:
+    """Every rollout step a job log reports, in order, repeats kept."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    return [int(m.group(1)) for m in GLOBAL_STEP.finditer(text)]
+
+
+def tensorboard_steps(logdir: Path, tag: str = "train/reward") -> list[int]:
+    """Every step of `tag` in the event files under `logdir`, repeats kept (step_curves merges them)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = []
+    for file in sorted(logdir.rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(file), size_guidance={"scalars": 0})
+        acc.Reload()
+        if tag in acc.Tags().get("scalars", []):
+            found += [e.step for e in acc.Scalars(tag)]
+    return sorted(found)
 
 
 def step_curves(logdir: Path) -> dict[int, dict[str, float]]:
@@ -229,6 +289,7 @@ def train(
     search_url: str | None = None,
     label: str = "train",
     search_latency_s: float = 0.0,
+    crash_after_step: int | None = None,
 ) -> dict[str, Any]:
     """Run the stage's training job on CPU for `steps` rollout steps; returns the summary (see the module
     docstring). Raises ConfigError (a bad request) or RuntimeError (a failed job).
@@ -236,8 +297,13 @@ def train(
     `head`: a running Ray head to submit to (left running), and `search_url`: a retrieval server already serving
     the rehearsal index, so that several stages in a row pay the head's and the encoder's start-up once. `label`
     prefixes the progress lines (jobs side by side on one head). `search_latency_s`: the delay the retrieval
-    server started here adds to each search (a web provider's, for benchmarks/async_rollout.py)."""
+    server started here adds to each search (a web provider's, for benchmarks/async_rollout.py).
+    `crash_after_step` K: the crash check instead of the resume check. A checkpoint every step, the job killed
+    with kill -9 in the middle of step K + 1, then submitted again with `ckpt.load_enable`: it must go on from
+    step K's checkpoint to the last step, with no step logged twice."""
     stage = STAGES[stage_name]
+    if crash_after_step is not None and not 1 <= crash_after_step < steps:
+        raise ConfigError(f"--crash-after-step {crash_after_step}: must be at least 1 and below --steps ({steps})")
     if stage not in ("stage1_format", "stage2_answer"):
         raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
     out = (out or TRAIN_DIR).resolve()
@@ -282,7 +348,9 @@ def train(
         Override("ckpt.output_dir", str(final), "the rehearsal's own folders"),
         Override("ckpt.path", str(ckpt), "the rehearsal's own folders"),
         Override("logger.tensorboard_dir", str(tb), "the rehearsal's own folders"),
-        Override("ckpt.save_steps", steps, "a DeepSpeed checkpoint at the last step, for the resume check"),
+        Override("ckpt.save_steps", steps, "a DeepSpeed checkpoint at the last step, for the resume check")
+        if crash_after_step is None
+        else Override("ckpt.save_steps", 1, "a DeepSpeed checkpoint every step, for the crash check"),
         Override("train.seed", seed, "--seed"),
     ]
     all_overrides = [*cpu, *run]
@@ -312,14 +380,38 @@ def train(
         head.wait()
         launch = f"python3 -m searchrl.rehearsal.cpu.launch {ENTRY}"
         print(f"[{label}] ray job submit ... -- {launch} (log {work / 'job.log'})", flush=True)
-        code = run_job(head, env, plan["train_args"], work / "job.log", label)
+        killed: list[str] = []
+        code = run_job(head, env, plan["train_args"], work / "job.log", label, crash_after_step, killed)
+        crash = None
+        if crash_after_step is not None:
+            if code == 0:
+                raise RuntimeError(f"the job finished before its kill after step {crash_after_step}: use more --steps")
+            again = [*all_overrides, Override("ckpt.load_enable", True, "resubmitted after the kill")]
+            flags2 = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in again]
+            plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
+            print(f"[{label}] resubmitting after the kill, from the last DeepSpeed checkpoint", flush=True)
+            code = run_job(head, runtime_env_with_cpu_layer(runtime_env(plan2), again, sync_log), plan2["train_args"],
+                           work / "crash_resume.log", label)  # fmt: skip
+            before, after = logged_steps(work / "job.log"), logged_steps(work / "crash_resume.log")
+            board = tensorboard_steps(tb)
+            crash = {
+                "killed_after_step": crash_after_step,
+                "killed": killed,
+                "steps_before_kill": before,
+                "steps_after_resubmit": after,
+                "tensorboard_steps": board,
+                "no_step_twice": len(set(before + after)) == len(before + after) and len(set(board)) == len(board),
+                "all_steps": sorted(set(before + after)) == list(range(1, steps + 1)),
+            }
         curves = step_curves(tb)
         if code != 0 or not (final / "config.json").is_file():
             tail = "\n".join((work / "job.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
             raise RuntimeError(f"the training job failed (exit {code}); see {work / 'job.log'}\n{tail}")
         train_steps = optimizer_steps(ckpt / "_actor")  # before the resumed run adds its own
         resumed = None
-        if resume:
+        if crash is not None:
+            resumed = code == 0 and crash["no_step_twice"] and crash["all_steps"]
+        elif resume:
             more = [
                 Override("ckpt.load_enable", True, "resume from the DeepSpeed checkpoint"),
                 Override("train.num_episodes", 2, "one more pass, after the resumed steps"),
@@ -368,6 +460,7 @@ def train(
         "ds_checkpoint": str(ckpt / "_actor"),
         "weights_synced_equal_saved": bool(synced) and all(d == saved for d in synced),
         "resumed": resumed,
+        "crash": crash,
         "extra_logs_keys_consistent": len(keys) == 1,
         "mean_reward_first": rewards[0] if rewards else None,
         "mean_reward_last": rewards[-1] if rewards else None,
