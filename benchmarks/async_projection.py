@@ -18,7 +18,8 @@ The model of one rollout step:
 - sync: colocated (all 8 GPUs take turns) = generation + training + weight sync; async (4 engines + 4 trainers,
   the one-node split) = the longer of the two + the sync's pause.
 Decode is given twice: as measured (Hugging Face eager decoding, launch-bound: a floor on vLLM's rate) and at the
-memory-bandwidth bound (weights read once a decode step at the measured copy bandwidth: a ceiling).
+memory-bandwidth bound (the weights and the batch's cached keys and values read once a decode step, at the measured
+copy bandwidth: a ceiling).
 """
 
 from __future__ import annotations
@@ -58,13 +59,18 @@ def episode_shape(path: Path = TRAJECTORIES) -> dict[str, float]:
     }
 
 
-def gpu_rates(gpu: dict[str, Any]) -> dict[str, float]:
+def gpu_rates(gpu: dict[str, Any], context_tokens: float) -> dict[str, float]:
     train = gpu["train"]
     decodes = [d for d in gpu["decode"]["runs"] if "decode_tokens_per_s" in d]
     widest = max(decodes, key=lambda d: d["batch"])
     sync = gpu["sync"]
-    # One decode step reads every weight once; a device-to-device copy reads and writes each byte.
-    bound_step_s = sync["bytes_bf16"] / (2 * sync["device_to_device"]["gb_per_s"] * 1e9)
+    cfg = gpu["model"]["config"]
+    head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+    kv_bytes_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * head_dim * 2  # K and V, bf16
+    # One decode step reads every weight and every row's cached keys and values once; a device-to-device copy
+    # reads and writes each byte, so the bandwidth is twice its rate.
+    step_bytes = sync["bytes_bf16"] + widest["batch"] * context_tokens * kv_bytes_per_token
+    bound_step_s = step_bytes / (2 * sync["device_to_device"]["gb_per_s"] * 1e9)
     return {
         "train_tokens_per_s": train["forward_backward"]["tokens_per_s"],
         "logprob_tokens_per_s": train["forward_no_grad"]["tokens_per_s"],
@@ -72,6 +78,8 @@ def gpu_rates(gpu: dict[str, Any]) -> dict[str, float]:
         "decode_batch": widest["batch"],
         "decode_step_s_measured": widest["ms_per_step"] / 1000,
         "decode_step_s_bound": bound_step_s,
+        "kv_bytes_per_token": kv_bytes_per_token,
+        "decode_context_tokens": context_tokens,
     }
 
 
@@ -119,7 +127,9 @@ def crossover_latency(shape: dict[str, float], rates: dict[str, float], decode_s
 
 def project(gpu: dict[str, Any], cpu: dict[str, Any], latencies: list[float], sync_s: float) -> dict[str, Any]:
     shape = episode_shape()
-    rates = gpu_rates(gpu)
+    # A decoding row holds, on average over its episode, the prompt and half of its documents and tokens.
+    context = PROMPT_TOKENS + (shape["document_tokens_mean"] + shape["policy_tokens_mean"]) / 2
+    rates = gpu_rates(gpu, context)
     # The CPU run's generation grew by this many search latencies a step: the batch's longest chain of searches.
     by = {(r["latency_s"], r["schedule"]): r["mean_step_split_s"]["generation"] for r in cpu["runs"]}
     top = max(lat for lat, s in by if s == "sync")

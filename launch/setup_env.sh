@@ -21,32 +21,31 @@ stamp="$SEARCHRL_VENV/.searchrl-setup"
 want="$(cat "$SEARCHRL_ROOT/pyproject.toml" "$SEARCHRL_ROOT/launch/setup_env.sh" | sha256sum | cut -c1-16)-$SEARCHRL_EXTRAS"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing searchrl[$SEARCHRL_EXTRAS] into $SEARCHRL_VENV (log: $SEARCHRL_VENV/setup.log)"
-  # --no-compile: no .pyc for the thousands of files never imported (torch's alone); imports compile their own.
-  pipi() { "$PY" -m pip install --no-compile "$@" >>"$SEARCHRL_VENV/setup.log" 2>&1 \
+  pipi() { "$PY" -m pip install "$@" >>"$SEARCHRL_VENV/setup.log" 2>&1 \
     || { tail -n 30 "$SEARCHRL_VENV/setup.log" >&2; echo "[setup] pip install $* failed" >&2; exit 1; }; }
   if ! "$PY" -c "import torch" 2>/dev/null; then
     pipi "$TORCH_SPEC"
   fi
+  # The training rehearsal runs OpenRLHF's own train_ppo_ray, which imports DeepSpeed (OpenRLHF's pin).
+  # It ships as an sdist: built against the torch installed here (no isolated build env, which would
+  # fetch a CUDA torch) and without prebuilt ops. Installed right after torch, so that its CPU FusedAdam (about
+  # 40 s of C++ on first use) compiles in the background while the rest installs: the first training job finds
+  # it built, and one that starts before the build ends waits on its lock.
+  if ! "$PY" -c "import deepspeed" 2>/dev/null; then
+    export DS_BUILD_OPS=0
+    pipi --no-build-isolation "$DEEPSPEED_SPEC"
+    unset DS_BUILD_OPS
+  fi
+  PYTHONPATH="$SEARCHRL_ROOT" nohup "$PY" -m searchrl.rehearsal.cpu.prebuild >>"$SEARCHRL_VENV/prebuild.log" 2>&1 &
   pipi -e "$SEARCHRL_ROOT[$SEARCHRL_EXTRAS]"
   # OpenRLHF's agent classes and its train_ppo_ray parser are the contract we test against; without
   # its GPU dependencies it installs in seconds. A GPU node installs it fully through the `train` extra.
   if ! "$PY" -c "import openrlhf" 2>/dev/null; then
     pipi --no-deps "$OPENRLHF_SPEC"
   fi
-  # The training rehearsal runs OpenRLHF's own train_ppo_ray, which imports DeepSpeed (OpenRLHF's pin).
-  # It ships as an sdist: built against the torch installed here (no isolated build env, which would
-  # fetch a CUDA torch) and without prebuilt ops (its CPU FusedAdam compiles once, below).
-  if ! "$PY" -c "import deepspeed" 2>/dev/null; then
-    export DS_BUILD_OPS=0
-    pipi --no-build-isolation "$DEEPSPEED_SPEC"
-    unset DS_BUILD_OPS
-  fi
   "$PY" -c "import torch, fastapi, faiss, sentence_transformers, openrlhf, torch_geometric, deepspeed, peft" \
     || { echo "[setup] install incomplete: see the pip output above" >&2; exit 1; }
   echo "$want" > "$stamp"
-  # DeepSpeed compiles its CPU FusedAdam on first use (about 40 s): built now, in the background, so the first
-  # training job finds it ready (one that starts meanwhile waits on the build's lock).
-  nohup "$PY" -m searchrl.rehearsal.cpu.prebuild >>"$SEARCHRL_VENV/setup.log" 2>&1 &
 fi
 export SEARCHRL_ROOT SEARCHRL_VENV PY
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
