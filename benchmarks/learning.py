@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -167,9 +168,11 @@ async def _evaluate(
     }
 
 
+@functools.cache
 def copying(checkpoint: Path, samples: int, seed: int) -> dict[str, Any]:
     """The copy probe on the held-out people (searchrl/tiny_policy/probe.py): does the query name the person,
-    does the answer follow the documents, and does it follow another person's documents swapped in."""
+    does the answer follow the documents, and does it follow another person's documents swapped in. Once per
+    checkpoint: stage 1's final checkpoint is also stage 2's start."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
@@ -177,17 +180,21 @@ def copying(checkpoint: Path, samples: int, seed: int) -> dict[str, Any]:
     return probe(model, tokenizer, base_template(), fictional_people("heldout"), samples=samples, seed=seed)
 
 
-def evaluate(checkpoint: Path, stage: str, servers: Servers, samples: int, seed: int, overrides: list[str]) -> dict:
+def evaluate(
+    checkpoint: Path, stage: str, servers: Servers, samples: int, seed: int, overrides: list[str], greedy: bool = True
+) -> dict:
     t0 = time.monotonic()
     out = asyncio.run(_evaluate(checkpoint, stage, servers, samples, seed, overrides, temperature=1.0))
-    # Greedy decoding answers each question once: one sample a question, the mode of the policy.
-    greedy = asyncio.run(_evaluate(checkpoint, stage, servers, 1, seed, overrides, temperature=0.0))
-    out["greedy"] = {k: greedy[k] for k in GREEDY_KEYS}
+    if greedy:
+        # Greedy decoding answers each question once: one sample a question, the mode of the policy.
+        mode = asyncio.run(_evaluate(checkpoint, stage, servers, 1, seed, overrides, temperature=0.0))
+        out["greedy"] = {k: mode[k] for k in GREEDY_KEYS}
     out["copy"] = copying(checkpoint, samples, seed)
     out["seconds"] = round(time.monotonic() - t0, 1)
     c = out["copy"]
+    shown = f" (greedy {out['greedy']['em']:.3f})" if greedy else ""
     print(f"[eval] {stage} {checkpoint}: score {out['score']:.3f} reward {out['reward']:.3f} "
-          f"em {out['em']:.3f} (greedy {greedy['em']:.3f}) searches {out['searches_per_episode']:.2f} | query "
+          f"em {out['em']:.3f}{shown} searches {out['searches_per_episode']:.2f} | query "
           f"names the person "
           f"{c['names_rate']:.2f}, answer = documents' city {c['doc_city']:.2f}, with another's documents "
           f"{c['swapped_shown_city']:.2f}", flush=True)  # fmt: skip
@@ -238,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "--options", default="", help=f"stage-2 variants trained side by side with the default: {','.join(OPTIONS)}"
     )
     p.add_argument("--no-control", action="store_true", help="skip the lr = 0 controls")
+    p.add_argument("--no-greedy", action="store_true", help="skip the greedy evaluation (its targets go unchecked)")
     p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
     p.add_argument(
         "--merge",
@@ -273,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             home = out / f"seed{seed}"
             entry: dict[str, Any] = {"seed": seed}
+
+            def judge(checkpoint: Path, stage: str, seed: int = seed) -> dict:
+                return evaluate(checkpoint, stage, servers, args.eval_samples, seed, [], not args.no_greedy)
+
             warm = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True))
             runs1 = [partial(run_stage, "stage1", args.steps1, home / "runs", args.lr, seed, warm, [], servers)]
             if not args.no_control:
@@ -281,11 +293,11 @@ def main(argv: list[str] | None = None) -> int:
             stage1_final = Path(s1["hf_checkpoint"])
             entry["stage1"] = {"train": s1, "eval": {}}
             ev = entry["stage1"]["eval"]
-            ev["warm_start"] = evaluate(warm, "stage1", servers, args.eval_samples, seed, [])
-            ev["final"] = evaluate(stage1_final, "stage1", servers, args.eval_samples, seed, [])
+            ev["warm_start"] = judge(warm, "stage1")
+            ev["final"] = judge(stage1_final, "stage1")
             if c1:
                 entry["stage1"]["control"] = c1[0]
-                ev["control"] = evaluate(Path(c1[0]["hf_checkpoint"]), "stage1", servers, args.eval_samples, seed, [])
+                ev["control"] = judge(Path(c1[0]["hf_checkpoint"]), "stage1")
             if seed == 0:
                 copy_model(warm, home / "stage1/warm_start")
                 copy_model(stage1_final, home / "stage1/final")
@@ -303,16 +315,14 @@ def main(argv: list[str] | None = None) -> int:
                 c2, opts = rest[: len(rest) - len(options)], rest[len(rest) - len(options) :]
                 entry["stage2"] = {"train": s2, "eval": {}}
                 ev2 = entry["stage2"]["eval"]
-                ev2["start"] = evaluate(stage1_final, "stage2", servers, args.eval_samples, seed, [])
-                ev2["final"] = evaluate(Path(s2["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, [])
+                ev2["start"] = judge(stage1_final, "stage2")
+                ev2["final"] = judge(Path(s2["hf_checkpoint"]), "stage2")
                 if c2:
                     entry["stage2"]["control"] = c2[0]
-                    ev2["control"] = evaluate(
-                        Path(c2[0]["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, []
-                    )
+                    ev2["control"] = judge(Path(c2[0]["hf_checkpoint"]), "stage2")
                 for name, o in zip(options, opts, strict=True):
                     entry["stage2"][name] = o
-                    ev2[name] = evaluate(Path(o["hf_checkpoint"]), "stage2", servers, args.eval_samples, seed, [])
+                    ev2[name] = judge(Path(o["hf_checkpoint"]), "stage2")
                 if seed == 0:
                     copy_model(stage1_final, home / "stage2/start")
                     copy_model(Path(s2["hf_checkpoint"]), home / "stage2/final")

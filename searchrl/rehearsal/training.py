@@ -83,6 +83,8 @@ def trainer_class(job_log: Path) -> str | None:
 HEARTBEAT_S = 15.0
 # Long enough after a step's log line for the next step's rollout to be under way.
 KILL_DELAY_S = 3.0
+# The head's own processes titled `ray::` (its agents, the job supervisor, idle workers): they survive a job's crash.
+RAY_OWN = ("ray::JobSupervisor", "ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
 def run_job(
@@ -137,7 +139,7 @@ def kill_job(head: RayHead) -> list[str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        actor = cmd.startswith("ray::") and not cmd.startswith(("ray::JobSupervisor", "ray::IDLE"))
+        actor = cmd.startswith("ray::") and not cmd.startswith(RAY_OWN)
         if actor or "searchrl.rehearsal.cpu.launch" in cmd:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -321,7 +323,7 @@ def train(
             f"stage 2 starts from stage 1's final checkpoint, and {missing}: run "
             f"`searchrl stage rehearse stage1 --train --steps N{where}` first (or pass --pretrain PATH)"
         )
-    _clean(final, ckpt, tb, sync_log, work / "resumed")
+    _clean(final, ckpt, tb, sync_log, work / "resumed", work / "crash_resume.sync.jsonl")
     search_url_given = search_url
     index = rehearsal_index()
     start: list[str] = []
@@ -384,12 +386,16 @@ def train(
         code = run_job(head, env, plan["train_args"], work / "job.log", label, crash_after_step, killed)
         crash = None
         if crash_after_step is not None:
-            if code == 0:
+            # The submit client may lose the log stream and exit 0 before the job is marked failed: what was
+            # killed says whether the kill landed.
+            if not killed:
                 raise RuntimeError(f"the job finished before its kill after step {crash_after_step}: use more --steps")
             again = [*all_overrides, Override("ckpt.load_enable", True, "resubmitted after the kill")]
             flags2 = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in again]
             plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
             print(f"[{label}] resubmitting after the kill, from the last DeepSpeed checkpoint", flush=True)
+            # Its own sync log: the killed engines' last digests are of step K's weights, not the final ones.
+            sync_log = work / "crash_resume.sync.jsonl"
             code = run_job(head, runtime_env_with_cpu_layer(runtime_env(plan2), again, sync_log), plan2["train_args"],
                            work / "crash_resume.log", label)  # fmt: skip
             before, after = logged_steps(work / "job.log"), logged_steps(work / "crash_resume.log")
