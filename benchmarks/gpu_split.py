@@ -142,15 +142,7 @@ def train_phase(torch: Any, dev: Any, model: Any, tokens: int, seq: int, repeats
 
     reset_peak(torch, dev)
     try:
-        times = timed(torch, dev, step, repeats)
-        sec = statistics.median(times)
-        out["forward_backward"] = {
-            "seconds": [round(t, 4) for t in times],
-            "median_seconds": round(sec, 4),
-            "tokens_per_s": round(n / sec, 1),
-            "seconds_per_1k_tokens": round(sec * 1000 / n, 5),
-            "peak_gib": peak_gib(torch, dev),
-        }
+        out["forward_backward"] = token_rate(timed(torch, dev, step, repeats), n, peak_gib(torch, dev))
     except torch.cuda.OutOfMemoryError as err:
         out["forward_backward"] = oom_record(err)
     model.zero_grad(set_to_none=True)
@@ -163,19 +155,23 @@ def train_phase(torch: Any, dev: Any, model: Any, tokens: int, seq: int, repeats
     try:
         with torch.inference_mode():
             times = timed(torch, dev, lambda: model(input_ids=ids, use_cache=False).logits, repeats)
-        sec = statistics.median(times)
-        out["forward_no_grad"] = {
-            "seconds": [round(t, 4) for t in times],
-            "median_seconds": round(sec, 4),
-            "tokens_per_s": round(n / sec, 1),
-            "seconds_per_1k_tokens": round(sec * 1000 / n, 5),
-            "peak_gib": peak_gib(torch, dev),
-        }
+        out["forward_no_grad"] = token_rate(times, n, peak_gib(torch, dev))
     except torch.cuda.OutOfMemoryError as err:
         out["forward_no_grad"] = oom_record(err)
     model.gradient_checkpointing_disable()
     say(f"train: forward without grad {out['forward_no_grad']}")
     return out
+
+
+def token_rate(times: list[float], tokens: int, peak: float | None) -> dict[str, Any]:
+    sec = statistics.median(times)
+    return {
+        "seconds": [round(t, 4) for t in times],
+        "median_seconds": round(sec, 4),
+        "tokens_per_s": round(tokens / sec, 1),
+        "seconds_per_1k_tokens": round(sec * 1000 / tokens, 5),
+        "peak_gib": peak,
+    }
 
 
 def adamw_phase(torch: Any, dev: Any, model: Any, repeats: int) -> dict[str, Any]:
