@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.tables import save
-from searchrl.paths import ROOT
+from searchrl.paths import CONFIGS, ROOT
+from searchrl.stage.config import load_stage
 
 RESULTS = ROOT / "benchmarks/results"
 TRAJECTORIES = ROOT / "tests/fixtures/r1searcher/bamboogle_llama.jsonl"
+STAGE2 = CONFIGS / "stages/stage2_answer.yaml"
 DOCS = re.compile(r"<\|begin_of_documents\|>.*?<\|end_of_documents\|>", re.S)
 EPISODES_PER_STEP = 64 * 16
 PROMPT_TOKENS = 200
@@ -134,8 +136,8 @@ def project(gpu: dict[str, Any], cpu: dict[str, Any], latencies: list[float], sy
     by = {(r["latency_s"], r["schedule"]): r["mean_step_split_s"]["generation"] for r in cpu["runs"]}
     top = max(lat for lat, s in by if s == "sync")
     measured_chain = (by[(top, "sync")] - by[(0.0, "sync")]) / top
-    # A batch of 1,024 episodes holds some at the search cap: its longest chain is the cap (stage files: 8).
-    chain = max(measured_chain, float(shape["searches_max"]) + 1)
+    # A batch of 1,024 episodes holds some at the search cap: its longest chain is the stage file's cap.
+    chain = max(measured_chain, float(load_stage(STAGE2)[0].episode.max_searches))
     rows, crossover = [], {}
     for decode_label, step_s in (("measured (HF eager)", rates["decode_step_s_measured"]),
                                  ("bandwidth bound", rates["decode_step_s_bound"])):  # fmt: skip

@@ -21,7 +21,8 @@ stamp="$SEARCHRL_VENV/.searchrl-setup"
 want="$(cat "$SEARCHRL_ROOT/pyproject.toml" "$SEARCHRL_ROOT/launch/setup_env.sh" | sha256sum | cut -c1-16)-$SEARCHRL_EXTRAS"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing searchrl[$SEARCHRL_EXTRAS] into $SEARCHRL_VENV (log: $SEARCHRL_VENV/setup.log)"
-  pipi() { "$PY" -m pip install "$@" >>"$SEARCHRL_VENV/setup.log" 2>&1 \
+  # A line per install, so the minutes of set-up are never silent for long.
+  pipi() { echo "[setup] pip install ${*: -1}"; "$PY" -m pip install "$@" >>"$SEARCHRL_VENV/setup.log" 2>&1 \
     || { tail -n 30 "$SEARCHRL_VENV/setup.log" >&2; echo "[setup] pip install $* failed" >&2; exit 1; }; }
   if ! "$PY" -c "import torch" 2>/dev/null; then
     pipi "$TORCH_SPEC"

@@ -155,31 +155,26 @@ def logged_steps(log: Path) -> list[int]:
     return [int(m.group(1)) for m in GLOBAL_STEP.finditer(text)]
 
 
-def tensorboard_steps(logdir: Path, tag: str = "train/reward") -> list[int]:
-    """Every step of `tag` in the event files under `logdir`, repeats kept (step_curves merges them)."""
+def train_scalars(logdir: Path) -> list[tuple[str, int, float]]:
+    """(tag without `train/`, step, value) of every `train/*` scalar in the event files under `logdir`, repeats
+    kept: a resubmitted run writes a second event file beside the first."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     found = []
     for file in sorted(logdir.rglob("events.out.tfevents.*")):
         acc = EventAccumulator(str(file), size_guidance={"scalars": 0})
         acc.Reload()
-        if tag in acc.Tags().get("scalars", []):
-            found += [e.step for e in acc.Scalars(tag)]
-    return sorted(found)
+        for tag in acc.Tags().get("scalars", []):
+            if tag.startswith("train/"):
+                found += [(tag[len("train/") :], e.step, e.value) for e in acc.Scalars(tag)]
+    return found
 
 
 def step_curves(logdir: Path) -> dict[int, dict[str, float]]:
     """Step -> every `train/*` scalar OpenRLHF logged at that step (tag without the prefix)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     steps: dict[int, dict[str, float]] = {}
-    for file in sorted(logdir.rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(file), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
-            if tag.startswith("train/"):
-                for e in acc.Scalars(tag):
-                    steps.setdefault(e.step, {})[tag[len("train/") :]] = e.value
+    for tag, step, value in train_scalars(logdir):
+        steps.setdefault(step, {})[tag] = value
     return dict(sorted(steps.items()))
 
 
@@ -383,7 +378,8 @@ def train(
         launch = f"python3 -m searchrl.rehearsal.cpu.launch {ENTRY}"
         print(f"[{label}] ray job submit ... -- {launch} (log {work / 'job.log'})", flush=True)
         killed: list[str] = []
-        code = run_job(head, env, plan["train_args"], work / "job.log", label, crash_after_step, killed)
+        job_log = work / "job.log"  # the log of the run that made the final checkpoint
+        code = run_job(head, env, plan["train_args"], job_log, label, crash_after_step, killed)
         crash = None
         if crash_after_step is not None:
             # The submit client may lose the log stream and exit 0 before the job is marked failed: what was
@@ -395,11 +391,11 @@ def train(
             plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
             print(f"[{label}] resubmitting after the kill, from the last DeepSpeed checkpoint", flush=True)
             # Its own sync log: the killed engines' last digests are of step K's weights, not the final ones.
-            sync_log = work / "crash_resume.sync.jsonl"
-            code = run_job(head, runtime_env_with_cpu_layer(runtime_env(plan2), again, sync_log), plan2["train_args"],
-                           work / "crash_resume.log", label)  # fmt: skip
-            before, after = logged_steps(work / "job.log"), logged_steps(work / "crash_resume.log")
-            board = tensorboard_steps(tb)
+            sync_log, job_log = work / "crash_resume.sync.jsonl", work / "crash_resume.log"
+            env2 = runtime_env_with_cpu_layer(runtime_env(plan2), again, sync_log)
+            code = run_job(head, env2, plan2["train_args"], job_log, label)
+            before, after = logged_steps(work / "job.log"), logged_steps(job_log)
+            board = sorted(step for tag, step, _ in train_scalars(tb) if tag == "reward")
             crash = {
                 "killed_after_step": crash_after_step,
                 "killed": killed,
@@ -411,8 +407,8 @@ def train(
             }
         curves = step_curves(tb)
         if code != 0 or not (final / "config.json").is_file():
-            tail = "\n".join((work / "job.log").read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
-            raise RuntimeError(f"the training job failed (exit {code}); see {work / 'job.log'}\n{tail}")
+            tail = "\n".join(job_log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"the training job failed (exit {code}); see {job_log}\n{tail}")
         train_steps = optimizer_steps(ckpt / "_actor")  # before the resumed run adds its own
         resumed = None
         if crash is not None:
