@@ -2,8 +2,9 @@
 model's files, and used only where its vectors match PyTorch's (the check is search_backend/encoder.py's).
 
 One query through MiniLM on 2 threads spends nearly all its time in PyTorch's per-operator dispatch; ONNX Runtime
-runs the same graph fused, about 3.5x faster here. Pooling, dense layers and normalisation stay sentence-transformers'
-own modules, so only the transformer's token embeddings come from the exported graph.
+runs the same graph fused, about 3.5x faster here. Only the transformer's token embeddings come from the exported
+graph. Dense layers stay sentence-transformers' own modules; plain mean or CLS pooling and normalisation are done
+here in NumPy (`pooled`) when the encoder has checked they give its modules' vectors.
 """
 
 from __future__ import annotations
@@ -169,7 +170,24 @@ class OnnxTransformer:
             return self.sessions[threads]
 
     def __call__(self, features: dict[str, Any]) -> np.ndarray:
+        """Token embeddings for `features` (torch tensors or NumPy arrays of token ids)."""
         import torch
 
-        feed = {n: features[n].numpy().astype(np.int64, copy=False) for n in self.names}
+        feed = {n: np.asarray(features[n]).astype(np.int64, copy=False) for n in self.names}
         return self.session(torch.get_num_threads()).run(None, feed)[0]
+
+
+POOLING_MODES = ("mean", "cls")
+
+
+def pooled(token_embeddings: np.ndarray, attention_mask: np.ndarray, mode: str, normalize: bool) -> np.ndarray:
+    """Sentence vectors as sentence-transformers' Pooling (mean over the unmasked tokens, or the first token) and
+    torch's `normalize` (a floor of 1e-12 on the norm) make them."""
+    if mode == "cls":
+        vectors = token_embeddings[:, 0].astype(np.float32)
+    else:
+        mask = attention_mask[..., None].astype(np.float32)
+        vectors = (token_embeddings * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+    if normalize:
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return vectors

@@ -48,6 +48,8 @@ def test_onnx_vectors_equal_pytorch_for_every_profile(profile, cls_model):
     onnx = Encoder(model, profile=PROFILES[profile], backend="onnx")
     torch_ = Encoder(model, profile=PROFILES[profile], backend="torch")
     assert onnx.backend == "onnx" and onnx.onnx is not None and torch_.onnx is None
+    # Every pass below runs outside PyTorch (tokenizer, session, NumPy pooling), so this compares that path.
+    assert onnx.onnx_pooling == ("cls" if profile == "bge" else "mean")
     for texts in (QUERIES[:30], HELD_OUT[:30]):
         one_by_one = np.vstack([onnx.encode_queries([q]) for q in texts[:10]])
         want = np.vstack([torch_.encode_queries([q]) for q in texts[:10]])
@@ -74,6 +76,23 @@ def test_a_failed_check_falls_back_to_pytorch_with_the_reason(monkeypatch, caplo
         enc = Encoder(backend="onnx")
     assert enc.backend == "torch" and enc.onnx is None
     assert "differ from PyTorch's" in caplog.text and "using PyTorch" in caplog.text
+
+
+def test_a_pipeline_numpy_cannot_pool_keeps_sentence_transformers_modules(tmp_path, monkeypatch):
+    """Max pooling, or a tokenizer whose direct call differs from preprocess, leaves pooling to the model's own
+    modules, and the vectors still equal PyTorch's."""
+    from sentence_transformers import SentenceTransformer, models
+
+    word = models.Transformer(str(bundled_model_path()))
+    pooling = models.Pooling(word.get_word_embedding_dimension(), pooling_mode="max")
+    SentenceTransformer(modules=[word, pooling, models.Normalize()]).save(str(tmp_path / "max"))
+    onnx, torch_ = (Encoder(str(tmp_path / "max"), profile=PROFILES["minilm"], backend=b) for b in ("onnx", "torch"))
+    assert onnx.backend == "onnx" and onnx.onnx_pooling is None
+    assert np.abs(onnx.encode_queries(QUERIES[:8]) - torch_.encode_queries(QUERIES[:8])).max() <= 1e-5
+
+    real = Encoder._tokenized
+    monkeypatch.setattr(Encoder, "_tokenized", lambda self, texts: real(self, [t + " and more" for t in texts]))
+    assert Encoder(backend="onnx").onnx_pooling is None
 
 
 def test_int8_is_opt_in_and_close():
