@@ -292,3 +292,46 @@ def test_which_trainer_ran_and_its_step_clock_are_read_from_the_jobs_own_lines(t
     assert (trainer_class(sync), step_clock(sync)) == ("PPOTrainer", [0.0, 15.0])
     assert (trainer_class(asynchronous), step_clock(asynchronous)) == ("PPOTrainerAsync", [0.0, 12.0])
     assert trainer_class(tmp_path / "none.log") is None and step_clock(tmp_path / "none.log") == []
+
+
+def test_async_must_read_as_sync_to_the_monitors_readiness_and_reward_keys(tmp_path):
+    """`readings_differ` (CI compares its sync and async rehearsals with it) passes runs that log every signal at
+    every step under keys scored once, and names each way an async run could read differently."""
+    from types import SimpleNamespace
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    from searchrl.rehearsal.training import monitor_readings, readings_differ, scoring_record
+
+    signals = ("format_ok", "searched", "num_searches", "reward")
+
+    def run(name: str, steps: int, gap: tuple[str, int] | None = None, twice: bool = False, tb_keys=signals):
+        tb = tmp_path / name / "tb"
+        writer = SummaryWriter(str(tb / "run"))
+        for step in range(1, steps + 1):
+            for key in tb_keys:
+                if (key, step) != gap:
+                    writer.add_scalar(f"train/{key}", 0.5 + step / 10, step)
+        writer.close()
+        rows = [{"request_id": f"k{i}", "item": 0, "items": 1, "reward": 1.0, "logs": {"format_ok": 1, "searched": 1}}
+                for i in range(4 * steps)]  # fmt: skip
+        rows += rows[:1] if twice else []
+        (tmp_path / name / "scored.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        stage = SimpleNamespace(stage="stage1_format", openrlhf={"logger.tensorboard_dir": str(tb)})
+        return {
+            "steps": steps,
+            "extra_logs_keys_consistent": gap is None,
+            "extra_logs_keys": sorted(tb_keys),
+            "scoring": scoring_record(tmp_path / name / "scored.jsonl"),
+            "readings": monitor_readings(stage),
+        }
+
+    sync = run("sync", 1)
+    assert sync["readings"]["when_ready"]["step"] == 1 and set(sync["readings"]["health_signals"]) == set(signals)
+    assert readings_differ(sync, run("async", 2)) == []
+    problems = " | ".join(readings_differ(sync, run("gap", 2, gap=("searched", 2))))
+    assert "not logged at each of its 2 steps: {'searched': 1}" in problems
+    assert "scored twice" in " ".join(readings_differ(sync, run("twice", 2, twice=True)))
+    lost = readings_differ(sync, run("lost", 2, tb_keys=("format_ok", "num_searches", "reward")))
+    assert any("['searched'] never reached TensorBoard" in p for p in lost)
+    assert any("eval.health's signals" in p for p in lost)

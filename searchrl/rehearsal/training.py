@@ -365,7 +365,10 @@ def train(
         spec = work / "stage.json"
         spec.write_text(plan0["stage"].model_dump_json(), encoding="utf-8")
         reward_port = free_port()
-        started.append(start_module("reward_server", ["--resolved", str(spec)], reward_port, work / "reward.log"))
+        scored_log = work / "scored.jsonl"
+        scored_log.unlink(missing_ok=True)
+        reward_args = ["--resolved", str(spec), "--log-jsonl", str(scored_log)]
+        started.append(start_module("reward_server", reward_args, reward_port, work / "reward.log"))
         servers.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
         plan = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags])
         if stage == "stage1_format":
@@ -464,6 +467,9 @@ def train(
         "resumed": resumed,
         "crash": crash,
         "extra_logs_keys_consistent": len(keys) == 1,
+        "extra_logs_keys": sorted({k for step_keys in keys for k in step_keys}),
+        "scoring": scoring_record(scored_log),
+        "readings": monitor_readings(plan["stage"]),
         "mean_reward_first": rewards[0] if rewards else None,
         "mean_reward_last": rewards[-1] if rewards else None,
         "score_first": next(iter(curves.values())).get("score") if curves else None,
@@ -474,6 +480,72 @@ def train(
         "curves": {str(k): v for k, v in curves.items()},
         "seconds": round(time.monotonic() - t0, 1),
     }
+
+
+def scoring_record(log: Path) -> dict[str, Any]:
+    """The reward server's score log: every sample scored under an idempotency key, and no key scored twice (a
+    retry answered again, or a sample scored both before and after a weight sync, would show here)."""
+    keys, logs = [], set()
+    for line in log.read_text(encoding="utf-8").splitlines() if log.is_file() else []:
+        row = json.loads(line)
+        keys.append((row.get("request_id"), row.get("item")))
+        logs.add(tuple(sorted(row.get("logs", {}))))
+    return {
+        "samples_scored": len(keys),
+        "keyed": bool(keys) and all(k is not None for k, _ in keys),
+        "each_key_once": len(set(keys)) == len(keys),
+        # The reward's extra_logs names: the same for every sample, and each reaches TensorBoard.
+        "logs_keys": sorted({k for names in logs for k in names}),
+        "logs_keys_per_sample_equal": len(logs) == 1,
+    }
+
+
+def monitor_readings(stage: Any) -> dict[str, Any]:
+    """What the project's monitors read from the run's TensorBoard folder: `eval.health`'s signals (how many steps
+    each holds) and collapse flags, and `--when-ready`'s readiness as a following stage would read this run."""
+    from eval.health import Thresholds, collapse_flags, summary
+    from searchrl.curves import read_curves
+
+    curves = read_curves(Path(stage.openrlhf["logger.tensorboard_dir"]))
+    ready = readiness(stage, 0.9, 0.9, 10)
+    return {
+        "health_signals": {name: s["steps"] for name, s in summary(curves).items()},
+        "health_flags": collapse_flags(curves, Thresholds()),
+        "when_ready": {k: v for k, v in ready.items() if k != "logdir"},
+    }
+
+
+def readings_differ(sync: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """How two rehearsals of a stage (sync, and async) read differently to the monitors, the readiness check and
+    the reward server's idempotency keys; empty when they read alike. Values may differ (two runs learn
+    differently) and so may the number of steps; what is read, and that it covers every step, may not."""
+    problems = []
+    for name, run in (("sync", sync), ("other", other)):
+        scoring, readings, steps = run["scoring"], run["readings"], run["steps"]
+        if not (scoring["keyed"] and scoring["each_key_once"] and scoring["logs_keys_per_sample_equal"]):
+            problems.append(f"{name}: a sample scored without a key, a key scored twice or logs apart: {scoring}")
+        missing = sorted(set(scoring["logs_keys"]) - set(run["extra_logs_keys"]))
+        if missing:
+            problems.append(f"{name}: the reward's extra_logs {missing} never reached TensorBoard")
+        if scoring["samples_scored"] < steps:
+            problems.append(f"{name}: {scoring['samples_scored']} samples scored over {steps} steps")
+        short = {k: n for k, n in readings["health_signals"].items() if n != steps}
+        if short:
+            problems.append(f"{name}: eval.health's signals not logged at each of its {steps} steps: {short}")
+        if readings["health_flags"]:
+            problems.append(f"{name}: collapse flagged: {readings['health_flags']}")
+        if readings["when_ready"].get("step") != steps:
+            problems.append(f"{name}: --when-ready reads step {readings['when_ready'].get('step')}, not {steps}")
+        if run["extra_logs_keys_consistent"] is not True:
+            problems.append(f"{name}: extra_logs keys differ between steps")
+    a, b = sync["readings"], other["readings"]
+    if set(a["health_signals"]) != set(b["health_signals"]):
+        problems.append(f"eval.health's signals: {sorted(a['health_signals'])} vs {sorted(b['health_signals'])}")
+    if set(a["when_ready"]) != set(b["when_ready"]):
+        problems.append(f"--when-ready's fields: {sorted(a['when_ready'])} vs {sorted(b['when_ready'])}")
+    if sync["scoring"]["logs_keys"] != other["scoring"]["logs_keys"]:
+        problems.append(f"the reward's extra_logs: {sync['scoring']['logs_keys']} vs {other['scoring']['logs_keys']}")
+    return problems
 
 
 def main(stage_name: str, model: str | None, overrides: list[str], steps: int, **kwargs: Any) -> int:
