@@ -21,9 +21,26 @@ stamp="$SEARCHRL_VENV/.searchrl-setup"
 want="$(cat "$SEARCHRL_ROOT/pyproject.toml" "$SEARCHRL_ROOT/launch/setup_env.sh" | sha256sum | cut -c1-16)-$SEARCHRL_EXTRAS"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing searchrl[$SEARCHRL_EXTRAS] into $SEARCHRL_VENV (log: $SEARCHRL_VENV/setup.log)"
-  # A line per install, so the minutes of set-up are never silent for long.
-  pipi() { echo "[setup] pip install ${*: -1}"; "$PY" -m pip install "$@" >>"$SEARCHRL_VENV/setup.log" 2>&1 \
-    || { tail -n 30 "$SEARCHRL_VENV/setup.log" >&2; echo "[setup] pip install $* failed" >&2; exit 1; }; }
+  # A line per install, and one every 15 s while an install runs with pip's latest line (the project's own takes
+  # over a minute), so set-up is never silent for long.
+  pipi() {
+    local log="$SEARCHRL_VENV/setup.log" waited=0 pid
+    echo "[setup] pip install ${*: -1}"
+    "$PY" -m pip install "$@" >>"$log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+      sleep 1
+      waited=$((waited + 1))
+      if [ $((waited % 15)) -eq 0 ]; then
+        echo "[setup]   ${waited} s: $(tail -n 1 "$log" | cut -c1-100)"
+      fi
+    done
+    if ! wait "$pid"; then
+      tail -n 30 "$log" >&2
+      echo "[setup] pip install $* failed" >&2
+      exit 1
+    fi
+  }
   if ! "$PY" -c "import torch" 2>/dev/null; then
     pipi "$TORCH_SPEC"
   fi
