@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -62,3 +63,9 @@ def exit_on_sigterm() -> None:
     that started a Ray head or servers stops them rather than leave them training in the background."""
     if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def venv_first(path: str | None) -> str:
+    """`path` (a PATH value) with this interpreter's bin folder first, so that its tools (ray, pip's ninja) win
+    over the system's: the Ray head gives its workers this PATH, and whatever builds for them uses it too."""
+    return f"{Path(sys.executable).parent}{os.pathsep}{path or ''}"

@@ -335,3 +335,29 @@ def test_async_must_read_as_sync_to_the_monitors_readiness_and_reward_keys(tmp_p
     lost = readings_differ(sync, run("lost", 2, tb_keys=("format_ok", "num_searches", "reward")))
     assert any("['searched'] never reached TensorBoard" in p for p in lost)
     assert any("eval.health's signals" in p for p in lost)
+
+
+def test_the_fused_adam_prebuild_runs_the_ninja_the_training_jobs_run(monkeypatch):
+    """torch builds with the ninja on PATH and ninja rebuilds what another version logged: set-up's prebuild must
+    see the PATH the Ray head gives the job's workers (the venv's bin first), or the first job rebuilds the op."""
+    import shutil
+
+    from searchrl.process import venv_first
+    from searchrl.rehearsal.cpu import prebuild
+
+    seen = {}
+
+    class Builder:
+        def load(self, verbose: bool) -> None:
+            seen["ninja"] = shutil.which("ninja")
+
+    class Accelerator:
+        def create_op_builder(self, name: str) -> Builder:
+            return Builder()
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")  # what prebuild sets, restored after
+    monkeypatch.setattr("deepspeed.accelerator.get_accelerator", lambda: Accelerator())
+    prebuild.prebuild()
+    assert seen["ninja"] == shutil.which("ninja", path=venv_first("/usr/bin:/bin"))
+    assert seen["ninja"] == str(Path(sys.executable).parent / "ninja")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from searchrl.process import venv_first
+
 RAY_NAMED_PORTS = (
     "gcs",
     "dashboard",
@@ -115,7 +117,7 @@ class RayHead:
         self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
         self.log = workdir / "ray_head.log"
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env["PATH"] = venv_first(env.get("PATH"))
         ports = ray_ports()
         self.first_port = ports[RAY_NAMED_PORTS[0]]
         self.dashboard_port = ports["dashboard"]

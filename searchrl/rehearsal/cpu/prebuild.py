@@ -7,10 +7,16 @@ import os
 import sys
 import time
 
+from searchrl.process import venv_first
+
 
 def prebuild() -> float:
     """Build or load the op; returns the seconds it took."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    # torch builds with the `ninja` found on PATH, and ninja rebuilds what another ninja version logged: the Ray
+    # head puts the venv's bin (pip's ninja 1.13) first on its workers' PATH, and a bare `python -m` here found the
+    # system's (1.11), so the first training job of every fresh clone rebuilt the op (45 s). Same PATH, same ninja.
+    os.environ["PATH"] = venv_first(os.environ.get("PATH"))
     from deepspeed.accelerator import get_accelerator
 
     start = time.monotonic()
