@@ -361,3 +361,6 @@ def test_the_fused_adam_prebuild_runs_the_ninja_the_training_jobs_run(monkeypatc
     prebuild.prebuild()
     assert seen["ninja"] == shutil.which("ninja", path=venv_first("/usr/bin:/bin"))
     assert seen["ninja"] == str(Path(sys.executable).parent / "ninja")
+    # Set-up runs it before the project's dependencies are installed: nothing beyond DeepSpeed may be imported.
+    absent = "import sys; sys.modules.update(dict.fromkeys(['httpx', 'fastapi', 'pydantic', 'yaml', 'numpy'])); "
+    subprocess.run([sys.executable, "-c", absent + "import searchrl.rehearsal.cpu.prebuild"], cwd=ROOT, check=True)

@@ -1,13 +1,12 @@
 """`python -m searchrl.rehearsal.cpu.prebuild`: build (or load) DeepSpeed's CPU FusedAdam op ahead of the first
-training job. Set-up runs it in the background after a fresh install (see deepspeed_ops)."""
+training job. Set-up runs it in the background after a fresh install (see deepspeed_ops), as soon as DeepSpeed is in
+and before the rest is: it imports nothing else."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-
-from searchrl.process import venv_first
 
 
 def prebuild() -> float:
@@ -16,7 +15,8 @@ def prebuild() -> float:
     # torch builds with the `ninja` found on PATH, and ninja rebuilds what another ninja version logged: the Ray
     # head puts the venv's bin (pip's ninja 1.13) first on its workers' PATH, and a bare `python -m` here found the
     # system's (1.11), so the first training job of every fresh clone rebuilt the op (45 s). Same PATH, same ninja.
-    os.environ["PATH"] = venv_first(os.environ.get("PATH"))
+    # As searchrl.process.venv_first makes it (not imported: set-up runs this before httpx and the rest are in).
+    os.environ["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     from deepspeed.accelerator import get_accelerator
 
     start = time.monotonic()
