@@ -29,7 +29,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from eval.health import Thresholds, collapse_flags, summary
 from searchrl.config import ConfigError
+from searchrl.curves import read_curves
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.job.readiness import readiness
 from searchrl.paths import ROOT
@@ -503,9 +505,6 @@ def scoring_record(log: Path) -> dict[str, Any]:
 def monitor_readings(stage: Any) -> dict[str, Any]:
     """What the project's monitors read from the run's TensorBoard folder: `eval.health`'s signals (how many steps
     each holds) and collapse flags, and `--when-ready`'s readiness as a following stage would read this run."""
-    from eval.health import Thresholds, collapse_flags, summary
-    from searchrl.curves import read_curves
-
     curves = read_curves(Path(stage.openrlhf["logger.tensorboard_dir"]))
     ready = readiness(stage, 0.9, 0.9, 10)
     return {
