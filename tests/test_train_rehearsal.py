@@ -269,10 +269,13 @@ def test_a_shared_ray_head_with_too_few_gpus_is_refused_not_waited_on(tmp_path):
 def test_jobs_side_by_side_share_the_rehearsal_index():
     """benchmarks.learning starts a stage's run and its control at once, and each job's first act is
     `rehearsal_index()`: both must get the finished index (a shared temporary name once failed one of them)."""
-    rehearsal_index()  # built once (or reused): the case of the benchmark's jobs
+    first = rehearsal_index()  # built once (or reused): the case of the benchmark's jobs
+    manifest = (first / "manifest.json").stat().st_mtime_ns
     with ThreadPoolExecutor(3) as pool:
         got = list(pool.map(lambda _: rehearsal_index(), range(3)))
     assert len(set(got)) == 1 and (got[0] / "manifest.json").is_file()
+    # A finished index is left alone: a server started on it by another job must never find its manifest gone.
+    assert (first / "manifest.json").stat().st_mtime_ns == manifest
 
 
 def test_which_trainer_ran_and_its_step_clock_are_read_from_the_jobs_own_lines(tmp_path):

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from search_backend.base import r1_text
+from search_backend.corpus import file_sha256
+from search_backend.index_layout import MANIFEST, MANIFEST_VERSION
 from search_backend.local_faiss import LocalFaissBackend
 from searchrl.paths import EXAMPLES, ROOT, RUNS
 from searchrl.stage.config import stage_package
@@ -41,18 +43,33 @@ def rehearsal_corpus(work: Path) -> Path:
 
 
 def rehearsal_index(work: Path = REHEARSAL_DIR) -> Path:
-    """`searchrl index build` over the rehearsal corpus, shared by every rehearsal; the builder resumes,
-    so an up-to-date index costs seconds. One caller at a time (a file lock): jobs run side by side share it."""
+    """`searchrl index build` over the rehearsal corpus, shared by every rehearsal, and left untouched while it is
+    finished and built from this corpus. One caller at a time (a file lock): jobs run side by side share it."""
     work.mkdir(parents=True, exist_ok=True)
     with (work / "index.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         index = work / "index"
         corpus = rehearsal_corpus(work)
+        if built_from(index, corpus):
+            return index
         cmd = [sys.executable, "-m", "search_backend.build_index", "--corpus", str(corpus), "--format", "jsonl"]
         done = subprocess.run([*cmd, "--out", str(index)], cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"searchrl index build failed: {done.stderr[-2000:]}")
     return index
+
+
+def built_from(index: Path, corpus: Path) -> bool:
+    """Whether `index` is a finished build of this layout from `corpus`. The builder resumes an up-to-date index
+    in seconds, but it takes the manifest away while it checks: a server another job had just started on the
+    index then found no manifest and exited (it failed a CI run with the two lanes side by side)."""
+    try:
+        manifest = json.loads((index / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return manifest.get("version") == MANIFEST_VERSION and manifest.get("corpus", {}).get("sha256") == file_sha256(
+        corpus
+    )
 
 
 def passage_retriever(index: Path, top_k: int = 3) -> Callable[[list[str]], list[list[str]]]:
