@@ -81,6 +81,8 @@ class Encoder:
         self.dimension = int(get_dimension())
         self._check_pooling()
         self.direct = self._plain_text_pipeline()
+        # Whether the vectors come out unit length: the model's own Normalize module, or the profile's step after it.
+        self.normalizes = self.profile.normalize or type(self.model[-1]).__name__ == "Normalize"
         self._preprocess = getattr(self.model, "preprocess", None) or self.model.tokenize  # ST < 6: tokenize
         self.onnx: onnx_encoder.OnnxTransformer | None = None
         self.onnx_check: dict[str, float] | None = None
@@ -118,8 +120,7 @@ class Encoder:
             return "torch"
         self.onnx_pooling = self._numpy_pooling()
         onnx_vectors = self._forward(PROBE)
-        self.onnx, session, pooling = None, self.onnx, self.onnx_pooling
-        self.onnx_pooling = None
+        self.onnx, session = None, self.onnx  # the NumPy pass runs only beside a session
         torch_vectors = self._forward(PROBE)
         diff = float(np.abs(onnx_vectors - torch_vectors).max())
         cosine = float(np.min(np.sum(onnx_vectors * torch_vectors, axis=1) / (
@@ -133,8 +134,9 @@ class Encoder:
                 cosine,
                 f"cosine {INT8_MIN_COSINE}" if int8 else f"|diff| {ONNX_TOLERANCE:g}",
             )
+            self.onnx_pooling = None
             return "torch"
-        self.onnx, self.onnx_pooling = session, pooling
+        self.onnx = session
         if asked == "auto":
             self.onnx_max_rows = ONNX_MAX_ROWS
         return asked if asked != "auto" else "onnx"
@@ -151,9 +153,7 @@ class Encoder:
         for module in self.model:
             if type(module).__name__ != "Pooling":
                 continue
-            config = module.get_config_dict()
-            # sentence-transformers >= 6 names the mode; older releases set one boolean flag per mode.
-            mode = config.get("pooling_mode") or ("cls" if config.get("pooling_mode_cls_token") else "mean")
+            mode = pooling_mode(module.get_config_dict())
             if mode != self.profile.pooling:
                 log.warning(
                     "model %s pools by %s but profile %s expects %s",
@@ -207,20 +207,13 @@ class Encoder:
         modules = [type(module).__name__ for module in self.model]
         if modules not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
             return None
-        config = self.model[1].get_config_dict()
-        # sentence-transformers >= 6 names the mode; older releases set one boolean flag per mode.
-        flags = [k.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens") for k, on in
-                 config.items() if k.startswith("pooling_mode_") and on is True]  # fmt: skip
-        modes = {config["pooling_mode"]} if config.get("pooling_mode") else set(flags)
-        if len(modes) != 1 or not modes <= set(onnx_encoder.POOLING_MODES):
+        mode = pooling_mode(self.model[1].get_config_dict())
+        if mode not in onnx_encoder.POOLING_MODES:
             return None
-        mode = modes.pop()
         try:
             direct = self._tokenized(TOKENIZER_PROBE)
             reference = self._preprocess(TOKENIZER_PROBE)
-            same = all(
-                n in direct and np.array_equal(direct[n], np.asarray(reference[n])) for n in self.onnx.names
-            ) if self.onnx else False  # fmt: skip
+            same = all(n in direct and np.array_equal(direct[n], np.asarray(reference[n])) for n in self.onnx.names)
         except Exception:  # noqa: BLE001 - a tokenizer that cannot be called so keeps sentence-transformers' path
             log.debug("encoder: tokenizer of %s not callable directly", self.model_name, exc_info=True)
             return None
@@ -238,8 +231,7 @@ class Encoder:
             and (self.onnx_max_rows is None or len(texts) <= self.onnx_max_rows)
         ):
             feed = self._tokenized(texts)
-            normalize = self.profile.normalize or type(self.model[-1]).__name__ == "Normalize"
-            vectors = onnx_encoder.pooled(self.onnx(feed), feed["attention_mask"], self.onnx_pooling, normalize)
+            vectors = onnx_encoder.pooled(self.onnx(feed), feed["attention_mask"], self.onnx_pooling, self.normalizes)
             return np.ascontiguousarray(vectors, dtype=np.float32)
         with torch.inference_mode():
             features = self._features(texts)
@@ -333,6 +325,16 @@ class Encoder:
             if on_batch is not None:
                 on_batch(len(rows))
         return out
+
+
+def pooling_mode(config: dict) -> str | None:
+    """The one mode a Pooling module's config names (mean, cls, max, ...), None when it names several. Sentence-
+    transformers >= 6 names it; older releases set one boolean flag per mode (`pooling_mode_cls_token`)."""
+    if config.get("pooling_mode"):
+        return config["pooling_mode"]
+    modes = [k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token") for k, on in
+             config.items() if k.startswith("pooling_mode_") and on is True]  # fmt: skip
+    return modes[0] if len(modes) == 1 else None
 
 
 def _local_dir(path: str) -> Path | None:
