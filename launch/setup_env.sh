@@ -24,15 +24,17 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # A line per install, and one every 15 s while an install runs with pip's latest line (the project's own takes
   # over a minute), so set-up is never silent for long.
   pipi() {
-    local log="$SEARCHRL_VENV/setup.log" waited=0 pid
+    local log="$SEARCHRL_VENV/setup.log" start=$SECONDS next=15 pid
     echo "[setup] pip install ${*: -1}"
     "$PY" -m pip install "$@" >>"$log" 2>&1 &
     pid=$!
     while kill -0 "$pid" 2>/dev/null; do
       sleep 1
-      waited=$((waited + 1))
-      if [ $((waited % 15)) -eq 0 ]; then
-        echo "[setup]   ${waited} s: $(tail -n 1 "$log" | cut -c1-100)"
+      # By the clock, not by loop turns; pip's progress bars redraw with carriage returns, so only the text after
+      # the last one, printable ASCII only (a bar cut mid-character held a line back once).
+      if [ $((SECONDS - start)) -ge "$next" ]; then
+        echo "[setup]   $((SECONDS - start)) s: $(tail -n 1 "$log" | tr '\r' '\n' | tail -n 1 | LC_ALL=C tr -cd '[:print:]' | cut -c1-100)"
+        next=$((next + 15))
       fi
     done
     if ! wait "$pid"; then
