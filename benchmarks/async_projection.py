@@ -17,9 +17,10 @@ The model of one rollout step:
   each of its searches);
 - sync: colocated (all 8 GPUs take turns) = generation + training + weight sync; async (4 engines + 4 trainers,
   the one-node split) = the longer of the two + the sync's pause.
-Decode is given twice: as measured (Hugging Face eager decoding, launch-bound: a floor on vLLM's rate) and at the
-memory-bandwidth bound (the weights and the batch's cached keys and values read once a decode step, at the measured
-copy bandwidth: a ceiling).
+Decode is given three times: as measured with Hugging Face eager decoding (launch-bound: a floor on vLLM's rate),
+as measured with each step replayed as one CUDA graph over a static cache read once a step (how vLLM decodes,
+without its paged attention; present when gpu_split.json has it), and at the memory-bandwidth bound (the weights
+and the batch's cached keys and values read once a decode step, at the measured copy bandwidth: a ceiling).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ DOCS = re.compile(r"<\|begin_of_documents\|>.*?<\|end_of_documents\|>", re.S)
 EPISODES_PER_STEP = 64 * 16
 PROMPT_TOKENS = 200
 NODE_GPUS = 8
+GRAPHS_LABEL = "measured (CUDA graphs)"
 
 
 def episode_shape(path: Path = TRAJECTORIES) -> dict[str, float]:
@@ -73,7 +75,12 @@ def gpu_rates(gpu: dict[str, Any], context_tokens: float) -> dict[str, float]:
     # reads and writes each byte, so the bandwidth is twice its rate.
     step_bytes = sync["bytes_bf16"] + widest["batch"] * context_tokens * kv_bytes_per_token
     bound_step_s = step_bytes / (2 * sync["device_to_device"]["gb_per_s"] * 1e9)
+    graphed = [d for d in gpu.get("decode_graphs", {}).get("runs", []) if d.get("batch") == widest["batch"]]
+    extra = {}
+    if graphed and "ms_per_step" in graphed[0]:
+        extra["decode_step_s_graphs"] = graphed[0]["ms_per_step"] / 1000
     return {
+        **extra,
         "train_tokens_per_s": train["forward_backward"]["tokens_per_s"],
         "logprob_tokens_per_s": train["forward_no_grad"]["tokens_per_s"],
         "prefill_tokens_per_s": statistics.fmean(d["prefill_tokens_per_s"] for d in decodes),
@@ -139,8 +146,11 @@ def project(gpu: dict[str, Any], cpu: dict[str, Any], latencies: list[float], sy
     # A batch of 1,024 episodes holds some at the search cap: its longest chain is the stage file's cap.
     chain = max(measured_chain, float(load_stage(STAGE2)[0].episode.max_searches))
     rows, crossover = [], {}
-    for decode_label, step_s in (("measured (HF eager)", rates["decode_step_s_measured"]),
-                                 ("bandwidth bound", rates["decode_step_s_bound"])):  # fmt: skip
+    decodes = [("measured (HF eager)", rates["decode_step_s_measured"])]
+    if "decode_step_s_graphs" in rates:
+        decodes.append((GRAPHS_LABEL, rates["decode_step_s_graphs"]))
+    decodes.append(("bandwidth bound", rates["decode_step_s_bound"]))
+    for decode_label, step_s in decodes:
         for latency in latencies:
             t = step_times(shape, rates, latency, step_s, sync_s, chain)
             rows.append({"decode": decode_label, "latency_s": latency, **{k: round(v, 2) for k, v in t.items()}})

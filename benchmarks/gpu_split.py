@@ -13,6 +13,9 @@ on the device, then three phases run with memory freed between them:
 - decode: prefill B rows of `--context` tokens, then `--decode-steps` single-token steps feeding the returned
   KV cache back, per B in `--batches`. This is HF eager decoding (no paged attention, no CUDA graphs), so it is
   a lower bound on what vLLM generates on the same GPU;
+- graphs: the same decode over a static KV cache with each step captured once as a CUDA graph and replayed, as
+  vLLM decodes (one launch a token, the cache read once a step), after a check that it decodes the tokens the
+  eager loop decodes. On a CPU the step runs eagerly;
 - sync: the parameters' bytes in bf16 copied once device-to-device and once into pinned host memory. OpenRLHF
   sends weights to its vLLM engines by NCCL broadcast between GPUs, so the device-to-device rate is a ceiling
   on that sync, not its speed.
@@ -70,6 +73,11 @@ GB = 1e9
 DECODE_NOTE = (
     "HF transformers eager decoding (DynamicCache, no paged attention, no CUDA graphs): a lower bound on vLLM's "
     "rate on the same GPU"
+)
+GRAPHS_NOTE = (
+    "greedy decoding over a static KV cache with each step replayed as one CUDA graph and the cache read once a "
+    "step (grouped query heads folded into SDPA's query length), as vLLM decodes; no paged attention or "
+    "continuous batching"
 )
 SYNC_NOTE = (
     "OpenRLHF syncs weights to vLLM engines by NCCL broadcast between GPUs, so the device-to-device copy rate is "
@@ -249,6 +257,207 @@ def decode_one(torch: Any, dev: Any, model: Any, batch: int, context: int, steps
     }
 
 
+FOLDED = "sdpa_folded"
+
+
+def folded_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> tuple[Any, None]:
+    """SDPA for one-token decode steps that folds each KV head's query heads into the query length.
+
+    With an explicit mask (which a static cache needs) transformers' SDPA path copies every KV head once per query
+    head sharing it, reading the cache seven times over for Qwen2.5-7B; folded, the cache is read once, as
+    vLLM's decode kernels read it. Prefill and models without grouped heads take transformers' own path.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    batch, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    if length != 1 or heads == kv_heads:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    mask = attention_mask[:, :, :, : key.shape[-2]] if attention_mask is not None else None
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.view(batch, kv_heads, heads // kv_heads, dim), key, value, attn_mask=mask, scale=kwargs.get("scaling")
+    )
+    return out.view(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def use_folded_attention(model: Any) -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(FOLDED, folded_sdpa)
+    AttentionMaskInterface.register(FOLDED, sdpa_mask)
+    model.config._attn_implementation = FOLDED
+
+
+class StaticDecoder:
+    """Greedy decoding over a static KV cache, one step a call, with every step's inputs in fixed buffers.
+
+    The step writes only into tensors it owns (next token, cache position, padding mask, cache), so on CUDA it is
+    captured once as a graph and replayed: one launch a token, as vLLM's CUDA-graph decoding does. Elsewhere the
+    same step runs eagerly, which is how the CPU test checks it decodes what the dynamic-cache loop decodes.
+    """
+
+    def __init__(self, torch: Any, dev: Any, model: Any, ids: Any, room: int) -> None:
+        from transformers import StaticCache
+
+        self.torch, self.model = torch, model
+        batch, context = ids.shape
+        self.cache = StaticCache(config=model.config, max_cache_len=context + room)
+        # The mask spans the whole cache so its shape never changes; a step marks its own slot before attending.
+        self.mask = torch.zeros(batch, context + room, dtype=torch.long, device=dev)
+        self.mask[:, :context] = 1
+        out = model(
+            input_ids=ids,
+            attention_mask=self.mask,
+            past_key_values=self.cache,
+            cache_position=torch.arange(context, device=dev),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.token = out.logits[:, -1:].argmax(-1)
+        self.position = torch.full((1,), context, dtype=torch.long, device=dev)
+        self.graph: Any = None
+
+    def step(self) -> None:
+        self.mask.index_fill_(1, self.position, 1)
+        out = self.model(
+            input_ids=self.token,
+            attention_mask=self.mask,
+            past_key_values=self.cache,
+            cache_position=self.position,
+            use_cache=True,
+        )
+        self.token.copy_(out.logits[:, -1:].argmax(-1))
+        self.position.add_(1)
+
+    def capture(self, warmup: int = 2) -> None:
+        """Record one step as a CUDA graph, after `warmup` eager steps on a side stream (which decode for real)."""
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self.step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.step()
+
+    def __call__(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.step()
+
+
+def greedy_tokens(torch: Any, model: Any, ids: Any, steps: int) -> Any:
+    """`steps` greedy tokens after `ids` from the dynamic-cache loop `decode_one` times: the reference."""
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    tokens = [out.logits[:, -1:].argmax(-1)]
+    for _ in range(steps - 1):
+        out = model(input_ids=tokens[-1], past_key_values=out.past_key_values, use_cache=True)
+        tokens.append(out.logits[:, -1:].argmax(-1))
+    return torch.cat(tokens, dim=1)
+
+
+def static_tokens(torch: Any, dev: Any, model: Any, ids: Any, steps: int, graphs: bool) -> Any:
+    """The same `steps` tokens from `StaticDecoder`, replayed as a graph when `graphs`."""
+    decoder = StaticDecoder(torch, dev, model, ids, room=steps + 4)
+    tokens = [decoder.token.clone()]
+    if graphs:
+        decoder.capture(warmup=1)  # the warm-up step decodes the second token
+        tokens.append(decoder.token.clone())
+    while len(tokens) < steps:
+        decoder()
+        tokens.append(decoder.token.clone())
+    return torch.cat(tokens, dim=1)
+
+
+def graph_agreement(torch: Any, dev: Any, model: Any, batch: int, context: int, steps: int) -> dict[str, Any]:
+    """Share of greedy tokens the graphed static-cache decoder gives as the dynamic-cache loop does.
+
+    In bf16 the two attend through different kernels (a masked full-cache SDPA against an unmasked one over the
+    filled part), so a near-tie in the logits can flip a token and the rows diverge after it; the first step
+    agreeing on (nearly) every row is what says the graph decodes the same model.
+    """
+    ids = torch.randint(model.config.vocab_size, (batch, context), device=dev)
+    with torch.inference_mode():
+        ref = greedy_tokens(torch, model, ids, steps)
+        got = static_tokens(torch, dev, model, ids, steps, graphs=dev.type == "cuda")
+    same = (ref == got).float()
+    return {
+        "batch": batch,
+        "context": context,
+        "steps": steps,
+        "first_step_agreement": round(same[:, 1].mean().item(), 4) if steps > 1 else None,
+        "all_steps_agreement": round(same.mean().item(), 4),
+    }
+
+
+def graphed_one(torch: Any, dev: Any, model: Any, batch: int, context: int, steps: int) -> dict[str, Any]:
+    ids = torch.randint(model.config.vocab_size, (batch, context), device=dev)
+    reset_peak(torch, dev)
+    with torch.inference_mode():
+        wait(torch, dev)
+        started = time.perf_counter()
+        decoder = StaticDecoder(torch, dev, model, ids, room=steps + 8)
+        wait(torch, dev)
+        prefill = time.perf_counter() - started
+        started = time.perf_counter()
+        if dev.type == "cuda":
+            decoder.capture()
+        decoder()  # untimed, as in decode_one
+        wait(torch, dev)
+        capture = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(steps):
+            decoder()
+        wait(torch, dev)
+        took = time.perf_counter() - started
+        filled = int(decoder.position.item())
+    del decoder, ids
+    return {
+        "batch": batch,
+        "context": context,
+        "steps": steps,
+        "cache_length_after": filled,
+        "graphs": dev.type == "cuda",
+        "prefill_seconds": round(prefill, 4),
+        "capture_seconds": round(capture, 4),
+        "decode_seconds": round(took, 4),
+        "decode_tokens_per_s": round(batch * steps / took, 1),
+        "ms_per_step": round(took * 1000 / steps, 3),
+        "peak_gib": peak_gib(torch, dev),
+    }
+
+
+def graphed_phase(torch: Any, dev: Any, model: Any, batches: list[int], context: int, steps: int) -> dict[str, Any]:
+    model.eval()
+    use_folded_attention(model)
+    out: dict[str, Any] = {"note": GRAPHS_NOTE}
+    try:
+        out["agreement"] = graph_agreement(torch, dev, model, 4, context, 8)
+    except Exception as err:  # noqa: BLE001 - a failed capture is a finding to record, not a reason to lose the run
+        out["agreement"] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
+    free(torch, dev)
+    say(f"graphs: agreement with the eager loop {out['agreement']}")
+    runs = []
+    for b in batches:
+        say(f"graphs: batch {b}, context {context}, {steps} steps")
+        try:
+            run = graphed_one(torch, dev, model, b, context, steps)
+        except torch.cuda.OutOfMemoryError as err:
+            run = {"batch": b, "context": context, "steps": steps, **oom_record(err)}
+        except Exception as err:  # noqa: BLE001 - as above
+            run = {"batch": b, "context": context, "steps": steps, "error": f"{type(err).__name__}: {err}"[:400]}
+        free(torch, dev)
+        runs.append(run)
+        say(f"graphs: {run}")
+    out["runs"] = runs
+    return out
+
+
 def decode_phase(torch: Any, dev: Any, model: Any, batches: list[int], context: int, steps: int) -> dict[str, Any]:
     model.eval()
     runs = []
@@ -349,6 +558,17 @@ def summary(result: dict[str, Any]) -> str:
             f"{peak(r)}"
         )
     lines.append(f"  ({decode['note']})")
+    graphs = result.get("decode_graphs")
+    if graphs:
+        lines.append(f"  graphs: agreement with the eager loop {graphs['agreement']}")
+        for r in graphs["runs"]:
+            lines.append(
+                f"  graphs B={r['batch']}: {r['error']}"
+                if "error" in r
+                else f"  graphs B={r['batch']} ctx={r['context']}: {r['decode_tokens_per_s']:,.0f} tokens/s, "
+                f"{r['ms_per_step']:.2f} ms/step (capture {r['capture_seconds']:.2f} s){peak(r)}"
+            )
+        lines.append(f"  ({graphs['note']})")
     copies = [k for k in ("device_to_device", "host_to_host", "device_to_host_pinned") if sync.get(k)]
     rates = ", ".join(f"{k.replace('_', ' ')} {sync[k]['gb_per_s']} GB/s" for k in copies)
     lines.append(f"  sync: {sync['gb_bf16']} GB of bf16 weights; {rates or sync.get('error')}")
@@ -404,6 +624,9 @@ def main(argv: list[str] | None = None) -> int:
     say("decode: starting")
     result["decode"] = decode_phase(torch, dev, model, batches, shape["context"], shape["decode_steps"])
     say("decode: done")
+    say("graphs: starting")
+    result["decode_graphs"] = graphed_phase(torch, dev, model, batches, shape["context"], shape["decode_steps"])
+    say("graphs: done")
     # The copies need room for two full bf16 weight copies, so the model goes first.
     del model
     free(torch, dev)

@@ -1044,13 +1044,16 @@ def async_projection() -> str:
                   "colocated sync step (s)", "async 4+4 step (s)", "async / sync"], rows)  # fmt: skip
     rates, shape = d["rates"], d["episode_shape"]
     g = d["gpu"]["machine"]
+    graphs_s = rates.get("decode_step_s_graphs")
+    graphed = f", {graphs_s * 1000:.1f} ms with CUDA graphs" if graphs_s is not None else ""
     crossing = "; ".join(f"{k}: {v if v is not None else 'never'} s" for k, v in d["crossover_latency_s"].items())
     notes = (
         f"Measured on one {g['device_name']} ({g['torch']}): forward+backward {rates['train_tokens_per_s']:,.0f} "
         f"tokens/s, no-grad forward {rates['logprob_tokens_per_s']:,.0f}, "
         f"prefill {rates['prefill_tokens_per_s']:,.0f}, "
-        f"decode {rates['decode_step_s_measured'] * 1000:.1f} ms a step at batch {rates['decode_batch']} (bandwidth "
-        f"bound {rates['decode_step_s_bound'] * 1000:.1f} ms). Episode: {shape['searches_mean']} searches (at most "
+        f"decode {rates['decode_step_s_measured'] * 1000:.1f} ms a step at batch {rates['decode_batch']} eager"
+        f"{graphed} (bandwidth bound {rates['decode_step_s_bound'] * 1000:.1f} ms). "
+        f"Episode: {shape['searches_mean']} searches (at most "
         f"{shape['searches_max']:.0f}), {shape['policy_tokens_mean']:.0f} policy tokens (at most "
         f"{shape['policy_tokens_max']:.0f}), {shape['document_tokens_mean']:.0f} document tokens, "
         f"{d['episodes_per_step']:,} episodes a step; a chain of {d['critical_chain']['used']:.0f} searches on the "
