@@ -43,8 +43,11 @@ def start_module(module: str, args: Sequence[str], port: int, log: Path | None =
     proc = subprocess.Popen([sys.executable, "-m", module, *args, "--port", str(port)], stdout=out, stderr=out)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", timeout_s, proc)
-    except Exception:
+    except BaseException:
+        # SystemExit from `exit_on_sigterm` and Ctrl-C too: a command stopped while its server starts must not
+        # leave that server running with no parent to stop it.
         proc.kill()
+        proc.wait()
         raise
     return proc
 
