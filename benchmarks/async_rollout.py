@@ -8,7 +8,9 @@ provider's delay to every search.
 
 Per run, from OpenRLHF's own step lines and TensorBoard timings: rollout steps and samples per hour at the
 steady pace (first step's end to the last's: start-up left out), the share of that time the trainer was busy
-(make-experience and PPO updates), the time split per step, the off-policy figures OpenRLHF logs under async
+(make-experience and PPO updates), the time split per step, the most a schedule that hid everything but the
+trainer's work and the weight broadcast could gain over the run (`overlap_bound`: step time over that unhidden
+time; for a sync run, async's ceiling), the off-policy figures OpenRLHF logs under async
 (`vllm_kl`, `is_filter_ratio`), and the format-and-search rate of the final checkpoint on the 100 held-out
 stage-1 questions, sampled outside training (benchmarks.learning's evaluation). Writes DIR/async_rollout.json.
 """
@@ -34,6 +36,15 @@ from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
 from searchrl.rehearsal.inputs import rehearsal_index  # noqa: E402
 
 BUSY = ("timing/make_experience", "timing/ppo_train")
+# What a step cannot overlap under any schedule: the trainer's own work and the weight broadcast.
+UNHIDDEN = ("make_experience", "ppo_train", "broadcast")
+
+
+def overlap_bound(split: dict[str, float]) -> float | None:
+    """How many times faster than this run a schedule that hid all else (generation, its search waits) could step:
+    the step's time over the time its trainer and weight broadcast took. For a sync run, the most async can gain."""
+    unhidden = sum(split.get(k, 0.0) for k in UNHIDDEN)
+    return round(split["step_total"] / unhidden, 3) if unhidden and "step_total" in split else None
 
 
 def pace(result: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +70,7 @@ def pace(result: dict[str, Any]) -> dict[str, Any]:
         "samples_per_hour": round((len(clock) - 1) * samples * 3600 / span, 1) if span else None,
         "trainer_busy_share": round(busy / span, 3) if span else None,
         "mean_step_split_s": split,
+        "overlap_bound": overlap_bound(split),
         "train_score_last": result.get("score_last"),
         **off_policy,
     }
@@ -137,6 +149,9 @@ def ratios(runs: list[dict[str, Any]], schedules: list[str]) -> list[dict[str, A
             row: dict[str, Any] = {"latency_s": latency, "schedule": s, "against": base}
             if ref and got:
                 row["samples_per_hour_ratio"] = round(statistics.mean(got) / statistics.mean(ref), 3)
+            bounds = [b for r in at[base] if (b := overlap_bound(r.get("mean_step_split_s", {}))) is not None]
+            if bounds:
+                row[f"{base}_overlap_bound"] = round(statistics.mean(bounds), 3)
             scores = {
                 k: [r["heldout_score"] for r in v if "heldout_score" in r] for k, v in ((base, at[base]), (s, at[s]))
             }

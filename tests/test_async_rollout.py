@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.async_rollout import pace, ratios
+from benchmarks.async_rollout import overlap_bound, pace, ratios
 
 
 def result(clock: list[float], train_s: float, async_: bool) -> dict:
@@ -42,3 +42,16 @@ def test_ratios_are_per_latency_against_the_first_schedule():
     got = ratios(runs, ["sync", "async-partial"])
     assert got[0] == {"latency_s": 0.0, "schedule": "async-partial", "against": "sync", "samples_per_hour_ratio": 1.05}
     assert got[1]["samples_per_hour_ratio"] == 1.6 and got[1]["heldout_score_gap"] == pytest.approx(-0.05)
+
+
+def test_overlap_bound_is_the_step_over_what_no_schedule_can_hide():
+    # A sync step: 5 s generating (mostly search waits), 9.5 s of trainer work, 0.5 s broadcast.
+    split = {"generation": 5.0, "make_experience": 1.5, "ppo_train": 8.0, "broadcast": 0.5, "step_total": 15.0}
+    assert overlap_bound(split) == pytest.approx(1.5)
+    assert overlap_bound({"generation": 5.0}) is None
+    runs = [
+        {"latency_s": 2.0, "schedule": "sync", "samples_per_hour": 1000.0, "mean_step_split_s": split},
+        {"latency_s": 2.0, "schedule": "async-partial", "samples_per_hour": 1400.0,
+         "mean_step_split_s": {**split, "generation": 9.0, "step_total": 12.0}},
+    ]  # fmt: skip
+    assert ratios(runs, ["sync", "async-partial"])[0]["sync_overlap_bound"] == pytest.approx(1.5)
