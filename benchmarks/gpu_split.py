@@ -218,36 +218,23 @@ def adamw_phase(torch: Any, dev: Any, model: Any, repeats: int) -> dict[str, Any
     return result
 
 
-def decode_one(torch: Any, dev: Any, model: Any, batch: int, context: int, steps: int) -> dict[str, Any]:
-    ids = torch.randint(model.config.vocab_size, (batch, context), device=dev)
-    reset_peak(torch, dev)
-    with torch.inference_mode():
-        wait(torch, dev)
-        started = time.perf_counter()
-        # logits_to_keep=1 keeps the prefill from materialising B x context x vocab logits, as generate() does.
-        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        wait(torch, dev)
-        prefill = time.perf_counter() - started
-        cache = out.past_key_values
-        nxt = out.logits[:, -1:].argmax(-1)
-        del out
-        # One untimed step so the timed ones leave out first-call kernel selection.
-        out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
-        wait(torch, dev)
-        started = time.perf_counter()
-        for _ in range(steps):
-            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-            cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
-        wait(torch, dev)
-        took = time.perf_counter() - started
-        cached = cache.get_seq_length()
-    del out, cache, nxt, ids
+def clocked(torch: Any, dev: Any, fn: Callable[[], Any]) -> tuple[Any, float]:
+    """`fn()` and the seconds it took, from a synchronized device to a synchronized device."""
+    wait(torch, dev)
+    started = time.perf_counter()
+    out = fn()
+    wait(torch, dev)
+    return out, time.perf_counter() - started
+
+
+def decode_record(
+    torch: Any, dev: Any, batch: int, context: int, steps: int, cached: int, prefill: float, took: float
+) -> dict[str, Any]:
     return {
         "batch": batch,
         "context": context,
         "steps": steps,
-        "cache_length_after": int(cached),
+        "cache_length_after": cached,
         "prefill_seconds": round(prefill, 4),
         "prefill_tokens_per_s": round(batch * context / prefill, 1),
         "decode_seconds": round(took, 4),
@@ -255,6 +242,25 @@ def decode_one(torch: Any, dev: Any, model: Any, batch: int, context: int, steps
         "ms_per_step": round(took * 1000 / steps, 3),
         "peak_gib": peak_gib(torch, dev),
     }
+
+
+def decode_one(torch: Any, dev: Any, model: Any, batch: int, context: int, steps: int) -> dict[str, Any]:
+    ids = torch.randint(model.config.vocab_size, (batch, context), device=dev)
+    reset_peak(torch, dev)
+    with torch.inference_mode():
+        # logits_to_keep=1 keeps the prefill from materialising B x context x vocab logits, as generate() does.
+        out, prefill = clocked(torch, dev, lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1))
+        state = [out.past_key_values, out.logits[:, -1:].argmax(-1)]
+        del out
+
+        def step() -> None:
+            out = model(input_ids=state[1], past_key_values=state[0], use_cache=True)
+            state[:] = [out.past_key_values, out.logits[:, -1:].argmax(-1)]
+
+        step()  # untimed, so the timed steps leave out first-call kernel selection
+        _, took = clocked(torch, dev, lambda: [step() for _ in range(steps)])
+        cached = int(state[0].get_seq_length())
+    return decode_record(torch, dev, batch, context, steps, cached, prefill, took)
 
 
 FOLDED = "sdpa_folded"
@@ -399,37 +405,18 @@ def graphed_one(torch: Any, dev: Any, model: Any, batch: int, context: int, step
     ids = torch.randint(model.config.vocab_size, (batch, context), device=dev)
     reset_peak(torch, dev)
     with torch.inference_mode():
-        wait(torch, dev)
-        started = time.perf_counter()
-        decoder = StaticDecoder(torch, dev, model, ids, room=steps + 8)
-        wait(torch, dev)
-        prefill = time.perf_counter() - started
-        started = time.perf_counter()
-        if dev.type == "cuda":
-            decoder.capture()
-        decoder()  # untimed, as in decode_one
-        wait(torch, dev)
-        capture = time.perf_counter() - started
-        started = time.perf_counter()
-        for _ in range(steps):
-            decoder()
-        wait(torch, dev)
-        took = time.perf_counter() - started
+        decoder, prefill = clocked(torch, dev, lambda: StaticDecoder(torch, dev, model, ids, room=steps + 8))
+
+        def ready() -> None:
+            if dev.type == "cuda":
+                decoder.capture()
+            decoder()  # untimed, as in decode_one
+
+        _, capture = clocked(torch, dev, ready)
+        _, took = clocked(torch, dev, lambda: [decoder() for _ in range(steps)])
         filled = int(decoder.position.item())
-    del decoder, ids
-    return {
-        "batch": batch,
-        "context": context,
-        "steps": steps,
-        "cache_length_after": filled,
-        "graphs": dev.type == "cuda",
-        "prefill_seconds": round(prefill, 4),
-        "capture_seconds": round(capture, 4),
-        "decode_seconds": round(took, 4),
-        "decode_tokens_per_s": round(batch * steps / took, 1),
-        "ms_per_step": round(took * 1000 / steps, 3),
-        "peak_gib": peak_gib(torch, dev),
-    }
+    record = decode_record(torch, dev, batch, context, steps, filled, prefill, took)
+    return {**record, "graphs": dev.type == "cuda", "capture_seconds": round(capture, 4)}
 
 
 def graphed_phase(torch: Any, dev: Any, model: Any, batches: list[int], context: int, steps: int) -> dict[str, Any]:
@@ -442,35 +429,34 @@ def graphed_phase(torch: Any, dev: Any, model: Any, batches: list[int], context:
         out["agreement"] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
     free(torch, dev)
     say(f"graphs: agreement with the eager loop {out['agreement']}")
-    runs = []
-    for b in batches:
-        say(f"graphs: batch {b}, context {context}, {steps} steps")
-        try:
-            run = graphed_one(torch, dev, model, b, context, steps)
-        except torch.cuda.OutOfMemoryError as err:
-            run = {"batch": b, "context": context, "steps": steps, **oom_record(err)}
-        except Exception as err:  # noqa: BLE001 - as above
-            run = {"batch": b, "context": context, "steps": steps, "error": f"{type(err).__name__}: {err}"[:400]}
-        free(torch, dev)
-        runs.append(run)
-        say(f"graphs: {run}")
-    out["runs"] = runs
+    out["runs"] = per_batch(torch, dev, model, "graphs", graphed_one, batches, context, steps)
     return out
 
 
 def decode_phase(torch: Any, dev: Any, model: Any, batches: list[int], context: int, steps: int) -> dict[str, Any]:
     model.eval()
+    return {"note": DECODE_NOTE, "runs": per_batch(torch, dev, model, "decode", decode_one, batches, context, steps)}
+
+
+def per_batch(
+    torch: Any, dev: Any, model: Any, label: str, one: Callable[..., dict[str, Any]], batches: list[int], context: int,
+    steps: int,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """`one` at each batch size, memory freed between; an out-of-memory or another failure (a CUDA graph that
+    would not capture) becomes that batch's record rather than ending the run."""
     runs = []
     for b in batches:
-        say(f"decode: batch {b}, context {context}, {steps} steps")
+        say(f"{label}: batch {b}, context {context}, {steps} steps")
         try:
-            run = decode_one(torch, dev, model, b, context, steps)
+            run = one(torch, dev, model, b, context, steps)
         except torch.cuda.OutOfMemoryError as err:
             run = {"batch": b, "context": context, "steps": steps, **oom_record(err)}
+        except Exception as err:  # noqa: BLE001 - recorded, as above
+            run = {"batch": b, "context": context, "steps": steps, "error": f"{type(err).__name__}: {err}"[:400]}
         free(torch, dev)
         runs.append(run)
-        say(f"decode: {run}")
-    return {"note": DECODE_NOTE, "runs": runs}
+        say(f"{label}: {run}")
+    return runs
 
 
 def copy_rate(torch: Any, dev: Any, dst: Any, src: Any, repeats: int) -> dict[str, Any]:
