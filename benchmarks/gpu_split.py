@@ -389,7 +389,8 @@ def graph_agreement(torch: Any, dev: Any, model: Any, batch: int, context: int, 
     """
     ids = torch.randint(model.config.vocab_size, (batch, context), device=dev)
     with torch.inference_mode():
-        ref = greedy_tokens(torch, model, ids, steps)
+        ref = greedy_tokens(torch, model, ids, steps)  # with the attention `decode_one` times
+        use_folded_attention(model)
         got = static_tokens(torch, dev, model, ids, steps, graphs=dev.type == "cuda")
     same = (ref == got).float()
     return {
@@ -421,15 +422,19 @@ def graphed_one(torch: Any, dev: Any, model: Any, batch: int, context: int, step
 
 def graphed_phase(torch: Any, dev: Any, model: Any, batches: list[int], context: int, steps: int) -> dict[str, Any]:
     model.eval()
-    use_folded_attention(model)
+    stock = model.config._attn_implementation
     out: dict[str, Any] = {"note": GRAPHS_NOTE}
     try:
-        out["agreement"] = graph_agreement(torch, dev, model, 4, context, 8)
-    except Exception as err:  # noqa: BLE001 - a failed capture is a finding to record, not a reason to lose the run
-        out["agreement"] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
-    free(torch, dev)
-    say(f"graphs: agreement with the eager loop {out['agreement']}")
-    out["runs"] = per_batch(torch, dev, model, "graphs", graphed_one, batches, context, steps)
+        try:
+            out["agreement"] = graph_agreement(torch, dev, model, 4, context, 8)
+        except Exception as err:  # noqa: BLE001 - a failed capture is a finding to record, not a reason to stop
+            out["agreement"] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
+        free(torch, dev)
+        say(f"graphs: agreement with the eager loop {out['agreement']}")
+        use_folded_attention(model)
+        out["runs"] = per_batch(torch, dev, model, "graphs", graphed_one, batches, context, steps)
+    finally:
+        model.config._attn_implementation = stock
     return out
 
 
