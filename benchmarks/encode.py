@@ -30,9 +30,9 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.tables import save  # noqa: E402
-from search_backend.build_index import GPU_BATCH, build  # noqa: E402
-from search_backend.encoder import Encoder, passage_text  # noqa: E402
-from search_backend.profiles import DEFAULT_MODEL  # noqa: E402
+from search_backend.encode.encoder import Encoder, passage_text  # noqa: E402
+from search_backend.encode.profiles import DEFAULT_MODEL  # noqa: E402
+from search_backend.index.build import GPU_BATCH, build  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
 
 

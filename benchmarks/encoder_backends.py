@@ -25,8 +25,8 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.tables import save  # noqa: E402
-from search_backend.build_index import build  # noqa: E402
-from search_backend.encoder import Encoder  # noqa: E402
+from search_backend.encode.encoder import Encoder  # noqa: E402
+from search_backend.index.build import build  # noqa: E402
 from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
 

@@ -42,7 +42,6 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from eval.generation import GenParams, HFTextEngine, run_episodes  # noqa: E402
-from search_backend.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.config import load  # noqa: E402
 from searchrl.paths import EXAMPLES, ROOT  # noqa: E402
 from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
@@ -53,6 +52,7 @@ from searchrl.rehearsal.warm_start import base_template  # noqa: E402
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start  # noqa: E402
 from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
 from searchrl.rollout.reward_client import RewardClient  # noqa: E402
+from searchrl.search.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.stage.config import EpisodeConfig, ModelConfig, load_stage  # noqa: E402
 from searchrl.tiny_policy.build import fictional_people  # noqa: E402
 from searchrl.tiny_policy.mixture import HELDOUT_STAGE1  # noqa: E402

@@ -35,14 +35,14 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.loadgen import LoadResult, closed_loop  # noqa: E402
-from reward_server.scoring import score_solution  # noqa: E402
-from reward_server.spec import PRESETS  # noqa: E402
-from search_backend.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.metrics import as_golds  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
+from searchrl.reward.scoring import score_solution  # noqa: E402
+from searchrl.reward.spec import PRESETS  # noqa: E402
 from searchrl.rollout.reward_client import RewardClient  # noqa: E402
+from searchrl.search.http_client import HttpSearchBackend  # noqa: E402
 
 PROMPT = "User:{q}\nAssistant: <think>"
 TRAJECTORIES = [
@@ -297,7 +297,7 @@ def distinct_questions(count: int) -> list[str]:
 
 
 def search_load(args: argparse.Namespace, work: Path) -> list[dict]:
-    from search_backend.build_index import build
+    from search_backend.index.build import build
     from search_backend.local_faiss import LocalFaissBackend
 
     index = work / "index"
@@ -472,7 +472,7 @@ def search_restarts(args: argparse.Namespace, work: Path) -> list[dict[str, Any]
     """`--search-requests` distinct searches at the top concurrency through `HttpSearchBackend` as configured by
     default, the retrieval server (real index, encoder loaded at start) killed -9 once a fifth are answered and
     started again after each of `--search-outages-s` (its model load comes on top)."""
-    from search_backend.build_index import build
+    from search_backend.index.build import build
     from search_backend.local_faiss import LocalFaissBackend
 
     index = work / "index"

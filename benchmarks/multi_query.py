@@ -114,7 +114,7 @@ def summary(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def measure(records: list[dict[str, Any]], rounds: int, work: Path) -> dict[str, Any]:
-    from search_backend.build_index import build
+    from search_backend.index.build import build
     from searchrl.tiny_policy.model import build_tokenizer
 
     index = work / "index"

@@ -186,7 +186,7 @@ def asgi_worker() -> None:
 
     from benchmarks.reward_server import PRESET, _asgi_post, bench_app, echo_app
     from reward_server.app import SETTINGS_ENV, ServerSettings
-    from reward_server.spec import PRESETS
+    from searchrl.reward.spec import PRESETS
 
     os.environ[SETTINGS_ENV] = ServerSettings(spec=PRESETS[PRESET], preset=PRESET).to_env()
     bodies = agent_bodies([json.loads(line) for line in TRAJECTORIES.open()])

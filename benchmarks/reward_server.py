@@ -71,7 +71,7 @@ def serve(port: int, workers: int, factory: str = "bench_app") -> None:
     import uvicorn
 
     from reward_server.app import SETTINGS_ENV, ServerSettings
-    from reward_server.spec import PRESETS
+    from searchrl.reward.spec import PRESETS
     from searchrl.server import uvicorn_options
 
     settings = ServerSettings(spec=PRESETS[PRESET], preset=PRESET)
@@ -178,7 +178,7 @@ def stage_costs(bodies: list[bytes], rounds: int = 3, passes: int = 10) -> dict[
         _scored_answer,
         _validate_shape,
     )
-    from reward_server.spec import PRESETS
+    from searchrl.reward.spec import PRESETS
     from searchrl.server import parse_json
 
     settings = ServerSettings(spec=PRESETS[PRESET], preset=PRESET)

@@ -24,7 +24,6 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from search_backend.base import Passage  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
@@ -32,6 +31,7 @@ from searchrl.rollout.agent import Runtime, SearchAgentInstance, load_agent_exec
 from searchrl.rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
 from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
 from searchrl.rollout.reward_client import RewardResult  # noqa: E402
+from searchrl.search.base import Passage  # noqa: E402
 from searchrl.stage.config import load_stage  # noqa: E402
 from searchrl.stage.templates import render_prompt  # noqa: E402
 
@@ -138,7 +138,7 @@ class TwoQuestionEngine:
 def multi_query_modes(url: str, records, episodes: int) -> dict:
     """Rollout time and searches per episode, two queries per episode, single- versus multi-query."""
     from eval.generation import GenParams, run_episodes
-    from search_backend.http_client import HttpSearchBackend
+    from searchrl.search.http_client import HttpSearchBackend
     from searchrl.stage.config import EpisodeConfig
 
     questions = [r["question"] for r in records]
@@ -175,7 +175,7 @@ def multi_query_modes(url: str, records, episodes: int) -> dict:
 
 
 def batching(records, episodes: int, out_dir: Path) -> dict:
-    from search_backend.build_index import build
+    from search_backend.index.build import build
     from searchrl.tiny_policy.model import build_tokenizer
 
     index = out_dir / "index"

@@ -8,7 +8,7 @@ answer is right is drawn from the action's accuracy on that difficulty (stronger
 low on hard questions). The policy (softmax logits per difficulty) is trained by REINFORCE with a group
 baseline (8 samples per question, 16 questions a step) on one of two rewards:
 
-  router_r1  0 when wrong; (1 - c) + c * cost_reward when right (reward_server/router_r1.py, over the last
+  router_r1  0 when wrong; (1 - c) + c * cost_reward when right (searchrl/reward/router_r1.py, over the last
              1,000 episodes, every episode entering the window)
   penalty    EM - w * cost / largest cost of the last 256 episodes, on every episode (the former reward)
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from reward_server.router_r1 import cost_reward
 from searchrl.paths import ROOT
+from searchrl.reward.router_r1 import cost_reward
 
 # Router-R1's pool, $ per 1M completion tokens (its route_service.py).
 PRICES = {"llama-8b": 0.18, "mistral-7b": 0.2, "qwen-7b": 0.3, "gemma-27b": 0.8, "llama-70b": 0.88, "mixtral": 1.2}

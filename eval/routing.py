@@ -35,16 +35,16 @@ from tqdm import tqdm
 from eval.generation import GenParams, run_episodes
 from eval.models import resolve_model, template_config
 from eval.runner import make_engine
-from reward_server import router_r1
-from search_backend.base import SearchError
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.process import stop
 from searchrl.protocol import parse_solution
+from searchrl.reward import router_r1
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.routing.loopback_pool import repoint, start_loopback
+from searchrl.search.base import SearchError
 from searchrl.stage.config import StageConfig, resolve_model_path
 from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt
 

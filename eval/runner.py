@@ -33,7 +33,6 @@ from eval.resume import check_resume
 from eval.suites import sample, search_r1_question, suite_em
 from eval.summary import EXIT_SEARCH_ERRORS, EXIT_UNJUDGED, score_summary
 from eval.verdicts import fill_verdicts
-from search_backend.base import SearchBackend
 from searchrl.config import ConfigError, load, validate
 from searchrl.hub import load_causal_lm
 from searchrl.hub import load_tokenizer as hub_tokenizer
@@ -42,6 +41,7 @@ from searchrl.metrics import all_metrics, as_golds
 from searchrl.protocol import parse_solution
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
+from searchrl.search.base import SearchBackend
 from searchrl.stage.config import EpisodeConfig, ModelConfig, StageConfig, resolve_model_path
 from searchrl.stage.templates import load_tokenizer, render_prompt
 

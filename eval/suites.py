@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reward_server.router_r1 import exact_match as squad_exact_match
 from searchrl.jsonl import RecordError
+from searchrl.reward.router_r1 import exact_match as squad_exact_match
 
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
 

@@ -22,11 +22,11 @@ class Command(NamedTuple):
 
 
 COMMANDS: dict[str, Command] = {
-    "index build": Command("search_backend.build_index", "main", "build a search index (dense, BM25) from a corpus"),
+    "index build": Command("search_backend.index.build", "main", "build a search index (dense, BM25) from a corpus"),
     "index import": Command(
-        "search_backend.import_index", "main", "serve Search-R1's or R1-Searcher's index files without re-encoding"
+        "search_backend.index.importer", "main", "serve Search-R1's or R1-Searcher's index files without re-encoding"
     ),
-    "search serve": Command("search_backend.serve", "main", "serve an index over HTTP (the retrieval server)"),
+    "search serve": Command("search_backend.serve.app", "main", "serve an index over HTTP (the retrieval server)"),
     "search query": Command("search_backend.search", "main", "search an index from the shell, one-shot"),
     "reward serve": Command("reward_server.__main__", "main", "serve a stage's reward over HTTP (the reward server)"),
     "reward score": Command("reward_server.offline", "main", "score logged rollouts offline with a reward spec"),
@@ -74,7 +74,7 @@ COMMANDS: dict[str, Command] = {
         "synthetic users with known, differing preferences",
         ("synthesize",),
     ),
-    "health": Command("eval.health", "main", "training-health curves from TensorBoard logs, collapse flags"),
+    "health": Command("searchrl.health", "main", "training-health curves from TensorBoard logs, collapse flags"),
     "quickstart": Command("launch.quickstart", "main", "the main job on embedded defaults (CPU demo or real job)"),
 }
 

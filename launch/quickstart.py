@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from search_backend.build_index import build
+from search_backend.index.build import build
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
 from searchrl.tiny_policy.model import build_model, build_tokenizer
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import uvicorn
 
 from reward_server.app import SETTINGS_ENV, TOKEN_ENV, ServerSettings, create_app
-from reward_server.spec import PRESETS, load_reward_spec, resolved_reward_spec
 from searchrl.config import ConfigError
+from searchrl.reward.spec import PRESETS, load_reward_spec, resolved_reward_spec
 from searchrl.server import Limits, server_token, uvicorn_options
 
 

@@ -26,10 +26,10 @@ from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from reward_server.idempotency import RecentAnswers, body_digest, log_fields, logged_answers, request_key
-from reward_server.scoring import SampleScore, score_solution
-from reward_server.spec import RewardSpec
 from searchrl.metrics import as_golds
 from searchrl.protocol import split_solution
+from searchrl.reward.scoring import SampleScore, score_solution
+from searchrl.reward.spec import RewardSpec
 from searchrl.server import (
     BODY_ERRORS,
     Limits,

@@ -13,11 +13,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from reward_server.scoring import score_solution
-from reward_server.spec import PRESETS, RewardSpec, load_reward_spec
 from searchrl.config import ConfigError
 from searchrl.jsonl import RecordError, field, read_jsonl
 from searchrl.metrics import as_golds
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import PRESETS, RewardSpec, load_reward_spec
 
 
 def score_records(

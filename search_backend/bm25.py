@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from search_backend.base import Passage
-from search_backend.encoder import passage_text
-from search_backend.index_layout import (
+from search_backend.encode.encoder import passage_text
+from search_backend.index.layout import (
     BM25_DIR,
     BM25_INFO,
     MANIFEST,
@@ -31,10 +30,11 @@ from search_backend.index_layout import (
     remove_durably,
     write_json_atomic,
 )
-from search_backend.store import PassageStore, StoreError
+from search_backend.index.store import PassageStore, StoreError
+from searchrl.search.base import Passage
 
 if TYPE_CHECKING:
-    from search_backend.settings import SearchConfig
+    from searchrl.search.settings import SearchConfig
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from search_backend.base import Passage
 from search_backend.bm25 import BM25Backend
-from search_backend.index_settings import HybridConfig
 from search_backend.local_faiss import LocalFaissBackend
+from searchrl.search.base import Passage
+from searchrl.search.index_settings import HybridConfig
 
 if TYPE_CHECKING:
-    from search_backend.settings import SearchConfig
+    from searchrl.search.settings import SearchConfig
 
 
 def rrf_fuse(

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from search_backend import cpu_threads
-from search_backend.base import Passage
-from search_backend.encoder import Encoder
-from search_backend.faiss_import import faiss
-from search_backend.faiss_index import gpu_count, set_search_params
-from search_backend.index_layout import (
+from search_backend.encode.encoder import Encoder
+from search_backend.encode.profiles import PROFILES
+from search_backend.index import cpu_threads
+from search_backend.index.faiss_import import faiss
+from search_backend.index.faiss_index import gpu_count, set_search_params
+from search_backend.index.index_types import VectorIndex
+from search_backend.index.layout import (
     EMBED_DIR,
     EMBED_INFO,
     INDEX_FILE,
@@ -28,15 +29,15 @@ from search_backend.index_layout import (
     check_record,
     load_manifest,
 )
-from search_backend.index_types import DEFAULT_RERANK_DEPTH, VectorIndex
-from search_backend.profiles import PROFILES
-from search_backend.rerank_index import RerankIndex
-from search_backend.shards import EmbeddingShards, shard_paths
-from search_backend.store import PassageStore, StoreError
-from search_backend.torch_exact import ShardedExactIndex
+from search_backend.index.rerank_index import RerankIndex
+from search_backend.index.shards import EmbeddingShards, shard_paths
+from search_backend.index.store import PassageStore, StoreError
+from search_backend.index.torch_exact import ShardedExactIndex
+from searchrl.search.base import Passage
+from searchrl.search.index_settings import DEFAULT_RERANK_DEPTH
 
 if TYPE_CHECKING:
-    from search_backend.settings import SearchConfig
+    from searchrl.search.settings import SearchConfig
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from search_backend.base import SearchError
 from searchrl.config import ConfigError, load
 from searchrl.hub import HubError
 from searchrl.jsonl import RecordError
 from searchrl.metrics import as_golds, best_over_golds
 from searchrl.qa_data.prompt_data import eval_questions, question_key_of
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
+from searchrl.search.base import SearchError
 from searchrl.stage.config import ModelConfig, StageConfig, resolve_model_path
 from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt, template_fingerprint
 from stage_router_r1.data import SOURCES, RouterRecord, draw, load_source, parse_mix, pool_candidates

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from search_backend.profiles import bundled_model_path
+from search_backend.encode.profiles import bundled_model_path
 from searchrl.paths import ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,7 +64,7 @@ def cls_model(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def mini_index(tmp_path_factory) -> Path:
     """The quickstart's index over the bundled mini corpus, built once per test session."""
-    from search_backend.build_index import build
+    from search_backend.index.build import build
 
     out = tmp_path_factory.mktemp("mini_index") / "index"
     build(ROOT / "examples/mini_corpus.jsonl", "jsonl", out)

@@ -161,7 +161,7 @@ def _routed(row: Row) -> Row:
 
 
 def _stage(group: Group, search_url: str, reward_url: str, llm_url: str | None) -> tuple[Any, Any]:
-    from reward_server.spec import PRESETS
+    from searchrl.reward.spec import PRESETS
     from searchrl.stage.config import load_stage
     from searchrl.stage.search import StageSearchConfig
 
@@ -247,8 +247,8 @@ def run_group(
 def servers(index: Path) -> Iterator[tuple[str, dict[str, str], str]]:
     """The retrieval server over `index`, one reward server per group (each holds its spec), a routed model."""
     from reward_server.app import ServerSettings, create_app
-    from search_backend.serve import ServerConfig
-    from search_backend.serve import create_app as create_search_app
+    from search_backend.serve.app import ServerConfig
+    from search_backend.serve.app import create_app as create_search_app
     from tests.conftest import serve
     from tests.fakes_web import FakeControl, chat_app
 
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.gaming", description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 when docs/REWARDS.md differs from a fresh run")
     args = p.parse_args(argv)
-    from search_backend.build_index import build
+    from search_backend.index.build import build
 
     with tempfile.TemporaryDirectory(prefix="searchrl-gaming-") as tmp:
         index = Path(tmp) / "index"

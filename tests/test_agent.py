@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from reward_server.app import ServerSettings, create_app
-from search_backend.serve import ServerConfig
-from search_backend.serve import create_app as create_search_app
+from search_backend.serve.app import ServerConfig
+from search_backend.serve.app import create_app as create_search_app
 from searchrl.process import free_port
 from searchrl.protocol import BEGIN_DOCS, END_QUERY
 from searchrl.rollout.agent import Runtime, load_agent_executor
@@ -227,7 +227,7 @@ def test_with_options_off_nothing_changes(servers, tokenizer, model):
 
 
 def test_efficiency_bonus_among_a_groups_correct_samples(servers, tokenizer, model):
-    from reward_server.components import efficiency_bonuses
+    from searchrl.reward.components import efficiency_bonuses
 
     assert efficiency_bonuses([1, 2, 3, 1], [True, True, True, False], 0.6) == [0.6, 0.3, 0.0, 0.0]
     assert efficiency_bonuses([2, 2], [True, True], 0.6) == [0.0, 0.0]
@@ -276,7 +276,7 @@ def test_routed_search_costs_are_charged_normalised_over_recent_episodes(servers
             {"name": "small", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 1.0},
             {"name": "big", "base_url": f"{llm}/v1", "model": "m", "price_per_1k_completion": 4.0},
         ]
-        from reward_server.spec import RewardSpec
+        from searchrl.reward.spec import RewardSpec
 
         stage, model_cfg = stage_config(servers)
         # The cost penalty, the routing reward's named alternative, charges every episode (the agent's part).

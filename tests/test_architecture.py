@@ -26,9 +26,11 @@ LAYERS = (
     "searchrl",
     # The training rehearsal's CPU layer: shipped to rehearsal jobs only; it imports the core alone.
     "searchrl.rehearsal.cpu",
+    # The libraries: the search interface, the reward, the search backends, routing, the stage and the episode.
+    "searchrl.search",
+    "searchrl.reward",
     "search_backend",
     "searchrl.routing",
-    "reward_server",
     "searchrl.stage",
     "searchrl.rollout",
     "searchrl.qa_data",
@@ -37,6 +39,9 @@ LAYERS = (
     "stage_router_r1",
     "searchrl.tiny_policy",
     "searchrl.job",
+    # The services: no library imports them.
+    "search_backend.serve",
+    "reward_server",
     "eval",
     "searchrl.rehearsal",
     "launch",
@@ -213,12 +218,12 @@ def test_strongly_connected_finds_circles() -> None:
 def test_imports_of_reads_every_form() -> None:
     code = (
         "import searchrl.protocol\nfrom searchrl import metrics\nfrom . import x\n"
-        "def f():\n    from search_backend.base import Passage\n"
+        "def f():\n    from searchrl.search.base import Passage\n"
         "if __name__ == '__main__':\n    import launch.cli\n"
     )
     found = imports_of(ast.parse(code), "searchrl.job")
     assert (1, "searchrl.protocol", "top") in found and (2, "searchrl.metrics", "top") in found
-    assert (3, "searchrl.job.x", "top") in found and (5, "search_backend.base", "function") in found
+    assert (3, "searchrl.job.x", "top") in found and (5, "searchrl.search.base", "function") in found
     assert not [n for _, n, _ in found if n.startswith("launch")]
 
 

@@ -16,15 +16,15 @@ from fastapi import FastAPI
 from eval.generation import GenParams, OpenAICompletionsEngine
 from eval.judge import LLMJudge
 from reward_server.app import ServerSettings, create_app
-from reward_server.scoring import score_solution
-from reward_server.spec import PRESETS
-from search_backend.base import Passage
-from search_backend.http_client import HttpSearchBackend
-from search_backend.serve import ServerConfig
-from search_backend.serve import create_app as create_search_app
+from search_backend.serve.app import ServerConfig
+from search_backend.serve.app import create_app as create_search_app
 from searchrl.metrics import as_golds
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import PRESETS
 from searchrl.rollout.backends import open_backend
 from searchrl.rollout.reward_client import RewardClient
+from searchrl.search.base import Passage
+from searchrl.search.http_client import HttpSearchBackend
 from searchrl.stage.search import StageSearchConfig
 from tests.conftest import FIXTURES, serve
 from tests.fakes_web import CANNED, FakeControl, chat_app, serper_app, web_backend

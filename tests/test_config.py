@@ -1,7 +1,7 @@
 import pytest
 
-from reward_server.spec import load_reward_spec
 from searchrl.config import ConfigError, apply_override, load
+from searchrl.reward.spec import load_reward_spec
 from searchrl.stage.config import ModelConfig, StageConfig, load_stage
 from searchrl.stage.openrlhf_flags import parser_flags, render_flags, unknown_flags
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from search_backend import cpu_threads
-from search_backend.cpu_threads import LEND_BELOW, OtherLoad, ThreadPolicy
-from search_backend.faiss_import import faiss
-from search_backend.serve import ServerConfig, create_app, parser, threads_arg
+from search_backend.index import cpu_threads
+from search_backend.index.cpu_threads import LEND_BELOW, OtherLoad, ThreadPolicy
+from search_backend.index.faiss_import import faiss
+from search_backend.serve.app import ServerConfig, create_app, parser, threads_arg
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import fixture_backend
 
@@ -189,7 +189,7 @@ def test_the_server_command_shortens_the_openmp_spin_before_torch_loads(monkeypa
     code = (
         "import os, sys, uvicorn\n"
         "uvicorn.run = lambda *a, **k: None\n"
-        "from search_backend import serve\n"
+        "from search_backend.serve import app as serve\n"
         "serve.create_app = lambda config: None\n"
         "serve.main(['--index', 'unused'])\n"
         "print(os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules or 'faiss' in sys.modules)\n"

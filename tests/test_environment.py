@@ -5,12 +5,12 @@ import asyncio
 import pytest
 
 from reward_server.app import ServerSettings, create_app
-from reward_server.spec import STAGE2_ANSWER
-from search_backend.base import Passage, SearchError
 from searchrl.process import free_port
+from searchrl.reward.spec import STAGE2_ANSWER
 from searchrl.rollout.engines import recorded_actions
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient, RewardServerError
+from searchrl.search.base import Passage, SearchError
 from searchrl.stage.config import EpisodeConfig
 from tests.conftest import serve
 
@@ -104,8 +104,8 @@ def test_reward_client_does_not_retry_a_refused_sample():
 
 
 def test_multi_query_block_is_one_batch_and_one_documents_block():
-    from reward_server.scoring import score_solution
-    from reward_server.spec import STAGE2_ANSWER
+    from searchrl.reward.scoring import score_solution
+    from searchrl.reward.spec import STAGE2_ANSWER
 
     backend = Backend()
     env = SearchEnvironment(backend, EpisodeConfig(top_k=1, max_queries_per_block=3))
@@ -151,8 +151,8 @@ class NamedBackend:
 
 
 def _batch_through_a_real_server(config, queries):
-    from search_backend.http_client import HttpSearchBackend
-    from search_backend.serve import create_app
+    from search_backend.serve.app import create_app
+    from searchrl.search.http_client import HttpSearchBackend
 
     backend = NamedBackend()
     with serve(create_app(config, backend=backend)) as url:
@@ -170,7 +170,7 @@ def _batch_through_a_real_server(config, queries):
 def test_one_refused_query_fails_only_its_own_episode():
     # Seen in `eval local`: one query over the server's max_query_chars made the whole batch's request a 422,
     # and all 200 episodes got "search failed" (held-out EM 0.47 -> 0.01).
-    from search_backend.serve import ServerConfig
+    from search_backend.serve.app import ServerConfig
 
     queries = [f"person {i}" for i in range(200)]
     queries[137] = "x" * 600
@@ -184,7 +184,7 @@ def test_one_refused_query_fails_only_its_own_episode():
 
 
 def test_a_batch_over_the_servers_query_limit_is_asked_in_parts():
-    from search_backend.serve import ServerConfig
+    from search_backend.serve.app import ServerConfig
 
     queries = [f"person {i}" for i in range(100)]
     backend, env, eps, out = _batch_through_a_real_server(

@@ -12,8 +12,8 @@ from fastapi import FastAPI
 
 from eval.run_local import main as run_local
 from eval.segments import segment_text
-from search_backend.serve import ServerConfig
-from search_backend.serve import create_app as search_app
+from search_backend.serve.app import ServerConfig
+from search_backend.serve.app import create_app as search_app
 from searchrl.process import free_port
 from searchrl.protocol import BEGIN_QUERY, END_QUERY
 from tests.conftest import serve

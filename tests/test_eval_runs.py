@@ -9,8 +9,8 @@ import pytest
 
 from eval.generation import Completion, GenParams, run_episodes
 from eval.score import score_file
-from search_backend.base import Passage
 from searchrl.rollout.environment import SearchEnvironment
+from searchrl.search.base import Passage
 from searchrl.stage.config import EpisodeConfig
 from tests.conftest import ROOT
 

@@ -7,10 +7,10 @@ import logging
 import pytest
 
 from eval.generation import Completion, GenParams, run_episodes
-from search_backend.http_client import HttpSearchBackend
 from searchrl.process import free_port, start_module, stop
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient, RewardServerError
+from searchrl.search.http_client import HttpSearchBackend
 from searchrl.stage.config import EpisodeConfig
 
 ANSWER = "done </think><answer> x </answer>"
@@ -119,9 +119,9 @@ def test_reward_server_gone_for_good_fails_within_the_deadline():
 def test_build_crashing_while_writing_the_index_is_never_loaded_and_resumes(tmp_path, monkeypatch):
     import shutil
 
-    import search_backend.faiss_index as faiss_index
-    from search_backend.build_index import build
-    from search_backend.index_layout import IndexValidationError
+    import search_backend.index.faiss_index as faiss_index
+    from search_backend.index.build import build
+    from search_backend.index.layout import IndexValidationError
     from search_backend.local_faiss import LocalFaissBackend
     from tests.test_search_fixtures import build_kwargs, fixture_index
 
@@ -152,9 +152,9 @@ def _reward_samples(n: int) -> tuple[list[tuple[str, str, str]], list[tuple[floa
     """n distinct single-sample requests over R1-Searcher's trajectories, with their in-process reward and score."""
     import json
 
-    from reward_server.scoring import score_solution
-    from reward_server.spec import PRESETS
     from searchrl.metrics import as_golds
+    from searchrl.reward.scoring import score_solution
+    from searchrl.reward.spec import PRESETS
     from tests.conftest import FIXTURES
 
     records = [json.loads(line) for line in (FIXTURES / "r1searcher" / "hotpotqa_llama.jsonl").open()]
@@ -298,7 +298,7 @@ def test_reward_server_gone_mid_burst_fails_every_waiting_call_within_the_deadli
 # real index).
 ECHO_SEARCH_SERVER = """
 import sys, uvicorn
-from search_backend.serve import ServerConfig, create_app
+from search_backend.serve.app import ServerConfig, create_app
 from tests.test_clients_under_load import EchoBackend
 app = create_app(ServerConfig(token="", cache_size=0), backend=EchoBackend())
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
@@ -326,7 +326,7 @@ def test_retrieval_server_down_5s_mid_burst_at_concurrency_1000_loses_no_search(
     server is killed once 300 are answered and started again 5 s later (past the 3.5 s that four quick tries
     used to cover, when 2,065 of 3,000 searches were lost): every search is answered, right, and none waited
     for the 60 s request timeout."""
-    from search_backend.config import SearchConfig, open_backend
+    from search_backend.backends import SearchConfig, open_backend
 
     port = free_port()
     queries = [f"distinct question number {i}" for i in range(3000)]
@@ -380,8 +380,8 @@ def test_retrieval_server_down_5s_mid_burst_at_concurrency_1000_loses_no_search(
 def test_a_search_deadline_rides_out_30_s_and_then_fails_loudly():
     """The default deadline outlasts a 30 s restart; a server gone for good fails each search at the deadline
     (here 2 s), not before, with a SearchError naming it."""
-    from search_backend.base import SearchError
-    from search_backend.config import SearchConfig
+    from search_backend.backends import SearchConfig
+    from searchrl.search.base import SearchError
 
     assert SearchConfig().deadline_s >= 30 and SearchConfig().retries is None
 

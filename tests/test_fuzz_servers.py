@@ -18,10 +18,10 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
 from reward_server.app import ServerSettings, create_app
-from reward_server.spec import PRESETS
-from search_backend.serve import ServerConfig
-from search_backend.serve import create_app as create_search_app
+from search_backend.serve.app import ServerConfig
+from search_backend.serve.app import create_app as create_search_app
 from searchrl.metrics import LabelError, as_golds
+from searchrl.reward.spec import PRESETS
 from tests.conftest import serve
 from tests.test_search_fixtures import fixture_index
 

@@ -21,7 +21,7 @@ def write_run(logdir, format_ok, searched):
 
 def health(logdir, *args):
     return subprocess.run(
-        [sys.executable, "-m", "eval.health", str(logdir), *args],
+        [sys.executable, "-m", "searchrl.health", str(logdir), *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -11,9 +11,9 @@ import pytest
 
 from reward_server.app import ServerSettings
 from reward_server.app import create_app as create_reward_app
-from reward_server.spec import STAGE2_ANSWER
-from search_backend.serve import ServerConfig
-from search_backend.serve import create_app as create_search_app
+from search_backend.serve.app import ServerConfig
+from search_backend.serve.app import create_app as create_search_app
+from searchrl.reward.spec import STAGE2_ANSWER
 from tests.conftest import serve
 from tests.test_clients_under_load import EchoBackend
 

@@ -9,8 +9,6 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from search_backend.base import SearchAuthError, SearchError
-from search_backend.http_client import HttpSearchBackend
 from searchrl.http_transport import (
     HttpSession,
     RequestEncodingError,
@@ -23,6 +21,8 @@ from searchrl.http_transport import (
 )
 from searchrl.process import free_port
 from searchrl.rollout.reward_client import RewardClient, RewardRequestError
+from searchrl.search.base import SearchAuthError, SearchError
+from searchrl.search.http_client import HttpSearchBackend
 from tests.conftest import serve
 
 

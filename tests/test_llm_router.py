@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from search_backend.base import SearchError
 from searchrl.rollout.backends import open_backend
+from searchrl.search.base import SearchError
 from searchrl.stage.search import StageSearchConfig
 from tests.conftest import ROOT, serve
 from tests.fakes_web import FakeControl, chat_app
@@ -146,9 +146,9 @@ def test_router_r1_pool_sends_the_framing_and_sampling_and_answers_unknown_names
 
 
 def test_the_environment_reports_unrouted_queries_to_the_reward_server():
-    from search_backend.base import Passage
     from searchrl.rollout.environment import Episode, SearchEnvironment
     from searchrl.routing.llm_router import UNROUTED
+    from searchrl.search.base import Passage
     from searchrl.stage.config import EpisodeConfig
 
     class Pool:

@@ -10,8 +10,8 @@ import signal
 import httpx
 
 from reward_server.app import ServerSettings, create_app
-from reward_server.spec import STAGE2_ANSWER
 from searchrl.process import free_port, start_module, stop
+from searchrl.reward.spec import STAGE2_ANSWER
 from searchrl.rollout.reward_client import RewardClient
 from tests.conftest import serve
 

@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reward_server.scoring import score_solution
-from reward_server.spec import PRESETS, STAGE1_FORMAT, STAGE2_ANSWER
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import PRESETS, STAGE1_FORMAT, STAGE2_ANSWER
 from tests.test_format_rules import CLEAN, DOCS
 
 PIECES = [

@@ -7,9 +7,9 @@ import httpx
 import pytest
 
 from reward_server.app import ServerSettings, create_app
-from reward_server.scoring import score_solution
-from reward_server.spec import PRESETS, STAGE2_ANSWER
 from searchrl.metrics import as_golds
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import PRESETS, STAGE2_ANSWER
 from searchrl.rollout.reward_client import RewardClient
 from tests.conftest import serve
 

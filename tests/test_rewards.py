@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from reward_server.scoring import score_solution
-from reward_server.spec import PRESETS, STAGE1_FORMAT, STAGE2_ANSWER, RewardSpec
 from searchrl.metrics import as_golds
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import PRESETS, STAGE1_FORMAT, STAGE2_ANSWER, RewardSpec
 from tests.test_format_rules import CLEAN
 
 NO_SEARCH = "I know it. </think><answer> Paris </answer>"

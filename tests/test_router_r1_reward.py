@@ -11,11 +11,11 @@ import random
 import numpy as np
 import pytest
 
-from reward_server.group import EpisodeTerms, RollingCostReward
-from reward_server.router_r1 import cost_reward, violation
-from reward_server.scoring import score_solution
-from reward_server.spec import PRESETS, RewardSpec
 from searchrl.protocol import BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY
+from searchrl.reward.group import EpisodeTerms, RollingCostReward
+from searchrl.reward.router_r1 import cost_reward, violation
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import PRESETS, RewardSpec
 
 GOLDS = ["Home Rule League"]
 QUESTION = "What party campaigned for the Irish Home Rule Movement?"

@@ -37,7 +37,7 @@ def build_kwargs() -> dict:
 @functools.cache
 def fixture_index() -> Path:
     """The kiltmini-slice index (Flat, MiniLM), built once per test process."""
-    from search_backend.build_index import build
+    from search_backend.index.build import build
 
     out = scratch_dir("searchrl-index-") / "index"
     build(out=out, **build_kwargs())

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from search_backend.base import Passage
-from search_backend.config import SearchConfig, open_backend
-from search_backend.index_layout import IndexValidationError
+from search_backend.backends import SearchConfig, open_backend
+from search_backend.index.layout import IndexValidationError
 from search_backend.local_faiss import LocalFaissBackend
 from searchrl.paths import ROOT
+from searchrl.search.base import Passage
 from tests.test_search_fixtures import (
     PASSAGES,
     SHARD_SIZE,
@@ -65,7 +65,7 @@ def test_killed_build_resumes_to_an_identical_index(tmp_path):
     process may have changed (the bytes compared are the run's own, not the test process's)."""
 
     def command(out: Path) -> list[str]:
-        return [sys.executable, "-m", "search_backend.build_index", "--corpus", str(PASSAGES), "--format", "jsonl",
+        return [sys.executable, "-m", "search_backend.index.build", "--corpus", str(PASSAGES), "--format", "jsonl",
                 "--out", str(out), "--shard-size", str(SHARD_SIZE), "--batch-size", "32"]  # fmt: skip
 
     reference = tmp_path / "reference"
@@ -139,7 +139,7 @@ def test_missing_manifest_means_unfinished(index_copy):
         LocalFaissBackend(index_copy, encoder=fixture_backend().encoder)
 
 
-@pytest.mark.parametrize("module", ["build_index", "search", "serve"])
+@pytest.mark.parametrize("module", ["index.build", "search", "serve"])
 def test_cli_help(module):
     done = subprocess.run(
         [sys.executable, "-m", f"search_backend.{module}", "--help"],
@@ -150,7 +150,7 @@ def test_cli_help(module):
     )
     assert done.returncode == 0
     assert "usage:" in done.stdout
-    assert ("--corpus" if module == "build_index" else "--index") in done.stdout
+    assert ("--corpus" if module == "index.build" else "--index") in done.stdout
 
 
 def test_search_cli_prints_one_json_line_per_query(tmp_path):

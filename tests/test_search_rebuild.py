@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
-import search_backend.build_index as build_index
-from search_backend.build_index import BuildError, build, resolve_devices
-from search_backend.index_layout import IndexValidationError, read_json, write_json_atomic
+import search_backend.index.build as build_index
+from search_backend.index.build import BuildError, build, resolve_devices
+from search_backend.index.layout import IndexValidationError, read_json, write_json_atomic
 from search_backend.local_faiss import LocalFaissBackend
 from tests.test_search_fixtures import PASSAGES, fixture_queries, scratch_dir
 
@@ -50,7 +50,7 @@ def clean_build(which: int) -> object:
 
 @functools.cache
 def encoder():
-    from search_backend.encoder import Encoder
+    from search_backend.encode.encoder import Encoder
 
     return Encoder()
 
@@ -161,7 +161,7 @@ def served_ids(url: str) -> set[str]:
 
 # Issue 23 item 6: an index rebuilt under a running server was served from the old corpus while /health named it.
 def test_a_rebuild_under_the_running_server_shows_on_health_and_reloads_without_a_restart(tmp_path):
-    from search_backend.serve import ServerConfig, create_app
+    from search_backend.serve.app import ServerConfig, create_app
     from tests.conftest import serve
 
     out = tmp_path / "index"

@@ -6,8 +6,8 @@ import aiohttp
 import httpx
 import pytest
 
-import search_backend.serve as serve_module
-from search_backend.serve import SearchService, ServerConfig, create_app
+import search_backend.serve.app as serve_module
+from search_backend.serve.app import SearchService, ServerConfig, create_app
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import QUERIES_1000, fixture_backend, fixture_queries
 

@@ -6,9 +6,9 @@ import os
 
 import httpx
 
-from search_backend.batching import MicroBatcher
-from search_backend.cpu_threads import ThreadPolicy
-from search_backend.serve import ServerConfig, create_app
+from search_backend.index.cpu_threads import ThreadPolicy
+from search_backend.serve.app import ServerConfig, create_app
+from search_backend.serve.batching import MicroBatcher
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import fixture_backend
 
@@ -115,7 +115,7 @@ def test_the_command_sizes_the_thread_pools_and_create_app_leaves_them_alone(mon
     import torch
     import uvicorn
 
-    from search_backend import serve as serve_module
+    from search_backend.serve import app as serve_module
 
     configs: list[ServerConfig] = []
     monkeypatch.setattr(serve_module, "create_app", lambda config: configs.append(config))

@@ -34,7 +34,7 @@ def test_no_pickle_anywhere():
 
 def test_servers_bind_loopback_by_default():
     from reward_server.__main__ import build_parser
-    from search_backend.serve import parser
+    from search_backend.serve.app import parser
 
     assert build_parser().parse_args(["--preset", "stage2-answer"]).host == "127.0.0.1"
     assert parser().parse_args(["--index", "x"]).host == "127.0.0.1"

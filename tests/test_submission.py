@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 
 from reward_server.app import ServerSettings, create_app
-from reward_server.scoring import score_solution
-from search_backend.base import SearchAuthError
-from search_backend.http_client import HttpSearchBackend
-from search_backend.serve import ServerConfig
-from search_backend.serve import create_app as create_search_app
+from search_backend.serve.app import ServerConfig
+from search_backend.serve.app import create_app as create_search_app
 from searchrl.job import preflight, submit
 from searchrl.job.plan import excludes, plan_stage, runtime_env
 from searchrl.protocol import BEGIN_DOCS, END_DOCS
 from searchrl.rehearsal.job import ReplayVllmEngine, install_vllm_standin
+from searchrl.reward.scoring import score_solution
 from searchrl.rollout.agent import Runtime, load_agent_executor, stage_from_env
 from searchrl.rollout.engines import SamplingParams
 from searchrl.rollout.environment import Episode, SearchEnvironment
+from searchrl.search.base import SearchAuthError
+from searchrl.search.http_client import HttpSearchBackend
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, load_stage, stage_package
 from searchrl.stage.openrlhf_flags import check_args
 from searchrl.stage.templates import render_prompt

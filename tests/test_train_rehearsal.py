@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from reward_server.scoring import score_solution
-from reward_server.spec import STAGE1_FORMAT
 from searchrl.job import preflight, sft
 from searchrl.job.plan import HOME_ONLY, plan_stage, ray_command, runtime_env
 from searchrl.paths import EXAMPLES, ROOT
@@ -32,6 +30,8 @@ from searchrl.rehearsal.ray_head import (
     release_block,
 )
 from searchrl.rehearsal.training import step_clock, trainer_class
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import STAGE1_FORMAT
 from searchrl.stage.openrlhf_flags import validated_args
 from searchrl.tiny_policy import mixture
 
@@ -337,7 +337,7 @@ def test_async_must_read_as_sync_to_the_monitors_readiness_and_reward_keys(tmp_p
     assert "scored twice" in " ".join(readings_differ(sync, run("twice", 2, twice=True)))
     lost = readings_differ(sync, run("lost", 2, tb_keys=("format_ok", "num_searches", "reward")))
     assert any("['searched'] never reached TensorBoard" in p for p in lost)
-    assert any("eval.health's signals" in p for p in lost)
+    assert any("searchrl.health's signals" in p for p in lost)
 
 
 def test_the_fused_adam_prebuild_runs_the_ninja_the_training_jobs_run(monkeypatch):

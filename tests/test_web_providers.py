@@ -2,7 +2,6 @@ import asyncio
 
 import pytest
 
-from search_backend.base import Passage, SearchBackend, SearchError
 from search_backend.web import (
     PROVIDERS,
     MissingCredentialError,
@@ -10,6 +9,7 @@ from search_backend.web import (
     WebSearchBackend,
     WebSearchConfig,
 )
+from searchrl.search.base import Passage, SearchBackend, SearchError
 from tests.conftest import serve
 from tests.fakes_web import CANNED, PROVIDER_APPS, FakeControl, web_backend
 

@@ -2,7 +2,6 @@
 
 from search_backend.web.backend import PROVIDERS, WebSearchBackend
 from search_backend.web.cache import WebCache
-from search_backend.web.config import WebSearchConfig
 from search_backend.web.errors import (
     CacheMissError,
     FetchError,
@@ -16,6 +15,7 @@ from search_backend.web.errors import (
 )
 from search_backend.web.fetch import FetchPolicy, fetch_page
 from search_backend.web.summarize import Summarizer
+from searchrl.search.web_settings import WebSearchConfig
 
 __all__ = [
     "PROVIDERS",

@@ -9,10 +9,8 @@ from typing import Any
 
 import httpx
 
-from search_backend.base import Passage, normalise_query
 from search_backend.web.brave import BraveProvider
 from search_backend.web.cache import WebCache, cache_key
-from search_backend.web.config import WebSearchConfig
 from search_backend.web.errors import (
     CacheMissError,
     FetchError,
@@ -38,6 +36,8 @@ from searchrl.http_transport import (
     with_retries,
 )
 from searchrl.openai_client import key_from_env
+from searchrl.search.base import Passage, normalise_query
+from searchrl.search.web_settings import WebSearchConfig
 
 log = logging.getLogger(__name__)
 

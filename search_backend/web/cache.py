@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from search_backend.base import Passage
+from searchrl.search.base import Passage
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (

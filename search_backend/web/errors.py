@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from search_backend.base import SearchError
+from searchrl.search.base import SearchError
 
 
 class WebSearchError(SearchError):

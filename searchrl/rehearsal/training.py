@@ -29,9 +29,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from eval.health import Thresholds, collapse_flags, summary
 from searchrl.config import ConfigError
 from searchrl.curves import read_curves
+from searchrl.health import Thresholds, collapse_flags, summary
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.job.readiness import readiness
 from searchrl.paths import ROOT
@@ -503,7 +503,7 @@ def scoring_record(log: Path) -> dict[str, Any]:
 
 
 def monitor_readings(stage: Any) -> dict[str, Any]:
-    """What the project's monitors read from the run's TensorBoard folder: `eval.health`'s signals (how many steps
+    """What the project's monitors read from the run's TensorBoard folder: `searchrl.health`'s signals (how many steps
     each holds) and collapse flags, and `--when-ready`'s readiness as a following stage would read this run."""
     curves = read_curves(Path(stage.openrlhf["logger.tensorboard_dir"]))
     ready = readiness(stage, 0.9, 0.9, 10)
@@ -530,7 +530,7 @@ def readings_differ(sync: dict[str, Any], other: dict[str, Any]) -> list[str]:
             problems.append(f"{name}: {scoring['samples_scored']} samples scored over {steps} steps")
         short = {k: n for k, n in readings["health_signals"].items() if n != steps}
         if short:
-            problems.append(f"{name}: eval.health's signals not logged at each of its {steps} steps: {short}")
+            problems.append(f"{name}: searchrl.health's signals not logged at each of its {steps} steps: {short}")
         if readings["health_flags"]:
             problems.append(f"{name}: collapse flagged: {readings['health_flags']}")
         if readings["when_ready"].get("step") != steps:
@@ -539,7 +539,7 @@ def readings_differ(sync: dict[str, Any], other: dict[str, Any]) -> list[str]:
             problems.append(f"{name}: extra_logs keys differ between steps")
     a, b = sync["readings"], other["readings"]
     if set(a["health_signals"]) != set(b["health_signals"]):
-        problems.append(f"eval.health's signals: {sorted(a['health_signals'])} vs {sorted(b['health_signals'])}")
+        problems.append(f"searchrl.health's signals: {sorted(a['health_signals'])} vs {sorted(b['health_signals'])}")
     if set(a["when_ready"]) != set(b["when_ready"]):
         problems.append(f"--when-ready's fields: {sorted(a['when_ready'])} vs {sorted(b['when_ready'])}")
     if sync["scoring"]["logs_keys"] != other["scoring"]["logs_keys"]:

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from reward_server.group import EpisodeTerms
 from searchrl.config import ConfigError
 from searchrl.protocol import ANSWER_CLOSE, END_QUERY
+from searchrl.reward.group import EpisodeTerms
 from searchrl.rollout.backends import open_backend
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient

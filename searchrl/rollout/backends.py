@@ -1,12 +1,12 @@
-"""What an episode's search step opens, by name: a search backend (`search_backend/config.py`) or the LLM
+"""What an episode's search step opens, by name: a search backend (`search_backend/backends.py`) or the LLM
 router (`searchrl/routing/`). Routing answers through the search interface and so imports search_backend; the name
 that picks the router therefore lives here, above both, and the search backends stay a dict of their own."""
 
 from __future__ import annotations
 
-from search_backend.base import SearchBackend
-from search_backend.config import open_backend as open_search_backend
+from search_backend.backends import open_backend as open_search_backend
 from searchrl.routing.llm_router import LLMRouterBackend
+from searchrl.search.base import SearchBackend
 from searchrl.stage.search import StageSearchConfig
 
 

@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from reward_server.components import documents_contain, evidence_golds, process_reward
-from reward_server.spec import RewardSpec
-from search_backend.base import Passage, SearchBackend, SearchError, SearchRefusedError, r1_text
 from searchrl.metrics import as_golds, normalize_answer
 from searchrl.protocol import format_documents, last_query, split_queries
+from searchrl.reward.components import documents_contain, evidence_golds, process_reward
+from searchrl.reward.spec import RewardSpec
 from searchrl.rollout.reward_client import RewardClient, RewardResult
 from searchrl.routing.llm_router import UNROUTED
+from searchrl.search.base import Passage, SearchBackend, SearchError, SearchRefusedError, r1_text
 from searchrl.stage.config import EpisodeConfig
 
 log = logging.getLogger("searchrl.rollout.environment")

@@ -1,2 +1,2 @@
 """LLM routing: a question put to one of a pool of LLMs, answered through the search interface
-(`search_backend/base.py`), with the routing policies (GMTRouter) and the loopback pool for CPU runs."""
+(`searchrl/search/base.py`), with the routing policies (GMTRouter) and the loopback pool for CPU runs."""

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from search_backend.base import Passage, SearchAuthError, SearchError
 from searchrl.config import ConfigError, read_yaml, validate
 from searchrl.http_transport import HttpRefusedError, HttpSession, RequestEncodingError, RetryableError, RetryPolicy
 from searchrl.openai_client import ChatAnswer, OpenAIClient, key_from_env
 from searchrl.routing.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig
 from searchrl.routing.names import Naming, is_placeholder, pick, split_query
+from searchrl.search.base import Passage, SearchAuthError, SearchError
 
 INSTRUCTION = "Answer the question briefly and factually, in a few sentences at most."
 UNROUTED = "router"  # the id of the passage a query naming no pool model gets

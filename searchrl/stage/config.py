@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from reward_server.spec import RewardSpec
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS
+from searchrl.reward.spec import RewardSpec
 from searchrl.stage.algorithms import ALGORITHMS
 from searchrl.stage.prompt import StagePrompt
 from searchrl.stage.schedules import FORCED, SCHEDULES

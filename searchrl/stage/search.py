@@ -1,4 +1,4 @@
-"""A stage's `search:` section: the search backends' schema (`search_backend/settings.py`) plus the LLM router
+"""A stage's `search:` section: the search backends' schema (`searchrl/search/settings.py`) plus the LLM router
 (`searchrl/routing/`), which answers through the search interface; the episode opens it
 (`searchrl/rollout/backends.py`)."""
 
@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from search_backend.settings import SearchConfig
 from searchrl.routing.llm_router import RouterConfig
+from searchrl.search.settings import SearchConfig
 
 
 class StageSearchConfig(SearchConfig):

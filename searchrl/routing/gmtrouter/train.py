@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from search_backend.encoder import Encoder
+from search_backend.encode.encoder import Encoder
 from searchrl.routing.gmtrouter.checkpoint import HISTORY_FILE, save_checkpoint
 from searchrl.routing.gmtrouter.data import Session, UserLog, check_models, sessions_of, write_logs
 from searchrl.routing.gmtrouter.graph import LLMTable, TextTable, UserHistory

@@ -1,4 +1,4 @@
-"""`python -m eval.health LOGDIR`: training-health curves from OpenRLHF's TensorBoard logs, and collapse flags.
+"""`python -m searchrl.health LOGDIR`: training-health curves from OpenRLHF's TensorBoard logs, and collapse flags.
 
 The agent's `extra_logs` reach TensorBoard as `train/<name>` once per step: search rate (`searched`),
 searches per episode, format pass rate and each rule's failure rate, answer length, the share of
@@ -137,7 +137,9 @@ def plot(curves: dict[str, list[tuple[int, float]]], path: Path, t: Thresholds =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.health", description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p = argparse.ArgumentParser(
+        prog="python -m searchrl.health", description=__doc__.splitlines()[0].split(": ", 1)[1]
+    )
     p.add_argument("logdir", type=Path, help="the run's TensorBoard folder (--logger.tensorboard_dir)")
     p.add_argument("--png", type=Path, default=None, help="also plot the curves to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -12,9 +12,9 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from reward_server.components import cost_penalty, efficiency_bonuses
-from reward_server.router_r1 import cost_reward
-from reward_server.spec import RewardSpec
+from searchrl.reward.components import cost_penalty, efficiency_bonuses
+from searchrl.reward.router_r1 import cost_reward
+from searchrl.reward.spec import RewardSpec
 
 
 @dataclass

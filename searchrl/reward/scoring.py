@@ -6,12 +6,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reward_server.components import answer_score, format_valid, format_violated, search_well_formed
-from reward_server.format_rules import context_from_metadata, find_violations
-from reward_server.router_r1 import score_router_r1
-from reward_server.spec import RewardSpec
 from searchrl.metrics import all_metrics
 from searchrl.protocol import parse_solution
+from searchrl.reward.components import answer_score, format_valid, format_violated, search_well_formed
+from searchrl.reward.format_rules import context_from_metadata, find_violations
+from searchrl.reward.router_r1 import score_router_r1
+from searchrl.reward.spec import RewardSpec
 
 
 @dataclass(frozen=True)

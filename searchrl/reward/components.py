@@ -5,7 +5,7 @@ and `format` (no format rule broken). Stage 2 builds on stage 1's format rules: 
 and `violation` (any broken rule costs the penalty). The options beyond R1-Searcher are `process` (a share
 of the way to the best reward when a search brought a gold answer into view), `efficiency` (fewer searches
 among a group's correct samples) and `cost` (the episode's search spend); the agent computes those three,
-with the spec's weights, through this package. reward_server/spec.py names every component with its weight;
+with the spec's weights, through this package. searchrl/reward/spec.py names every component with its weight;
 scoring.py and group.py combine them.
 """
 

@@ -18,7 +18,6 @@ INDEX_TYPES: tuple[str, ...] = ("faiss", "compact", "exact")
 # Types that read the embedding shards at search time: the shards must stay beside the index.
 SHARD_TYPES = frozenset({"compact", "exact"})
 COMPACT_NLIST = 4096
-DEFAULT_RERANK_DEPTH = 100
 # FAISS's k-means wants 39 training points per centroid; a PQ sub-quantizer of b bits has 2**b centroids.
 MIN_POINTS_PER_CENTROID = 39
 

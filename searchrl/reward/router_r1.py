@@ -4,7 +4,7 @@ documents block for its `<information>`.
 
 reward = -1                              on any format violation (nothing else counts then)
        = 0                               when the answer is wrong (F1: when its F1 is 0)
-       = (1 - c) * metric                when it is right; the agent adds c * cost_reward (reward_server/group.py)
+       = (1 - c) * metric                when it is right; the agent adds c * cost_reward (searchrl/reward/group.py)
 
 (`cost_shape: penalty`, the named alternative: metric when right, and the agent subtracts c * cost / largest
 recent cost from every episode.)
@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from reward_server.spec import RewardSpec
 from searchrl.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -38,6 +37,7 @@ from searchrl.protocol import (
     THINK_CLOSE,
     THINK_OPEN,
 )
+from searchrl.reward.spec import RewardSpec
 
 # The original's four tags in this project's spelling: (open, close) by the original's name.
 TAGS = {

@@ -12,7 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from search_backend.index_types import DEFAULT_RERANK_DEPTH
+# Candidates the compact index type re-scores exactly per query.
+DEFAULT_RERANK_DEPTH = 100
 
 
 class HybridConfig(BaseModel):

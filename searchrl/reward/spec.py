@@ -8,12 +8,12 @@ reward = answer_weight * answer_metric + answer_bias             (stage 2; the b
        + process_weight * (best reward - reward) * [a search found a gold, no violation]   (agent)
        + efficiency_weight * [fewer searches among correct, well-formed samples]          (agent, per group)
 
-formula: router_r1 (Router-R1's reward, reward_server/router_r1.py)
+formula: router_r1 (Router-R1's reward, searchrl/reward/router_r1.py)
 reward = -1 on a format violation; 0 when wrong; when right: (1 - cost_weight) * answer_metric
        + cost_weight * cost_reward over the last cost_window episodes      (agent, per engine process)
          or, cost_shape: penalty, answer_metric - cost_weight * cost / largest recent cost on every episode
 
-The functions are in reward_server/components.py and router_r1.py; the reward server applies the sample-level
+The functions are in searchrl/reward/components.py and router_r1.py; the reward server applies the sample-level
 terms (scoring.py), the agent the rest (group.py, and the environment's step reward).
 """
 
@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from reward_server.format_rules import RULES
 from searchrl.config import ConfigError, apply_override, format_errors, parse_overrides, read_yaml
+from searchrl.reward.format_rules import RULES
 
 # The format bonus covers every rule but the query/documents tag counts, which the search bonus
 # covers; forged documents void both, as the worst way to game stage 1.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from search_backend.faiss_import import faiss
-from search_backend.index_types import top_k
-from search_backend.shards import EmbeddingShards
+from search_backend.index.faiss_import import faiss
+from search_backend.index.index_types import top_k
+from search_backend.index.shards import EmbeddingShards
 
 QUERY_BLOCK = 64
 

@@ -1,7 +1,7 @@
 """`SearchConfig`, the stage config's `search:` section as a pydantic schema: which backend, the index settings
-(`search_backend.index_settings`), the HTTP client's servers, timeouts and retries, and the web-search section.
+(`searchrl.search.index_settings`), the HTTP client's servers, timeouts and retries, and the web-search section.
 
-A schema only, below every backend: the backends read it, and `search_backend.config.open_backend` builds the
+A schema only, below every backend: the backends read it, and `search_backend.backends.open_backend` builds the
 backend it names.
 """
 
@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from search_backend.index_settings import IndexSettings
-from search_backend.web.config import WebSearchConfig
+from searchrl.search.index_settings import IndexSettings
+from searchrl.search.web_settings import WebSearchConfig
 
 # As long as the reward client's: the deadline counts the wait for one of the client's slots, which at a rollout
 # batch's load is the server's whole backlog. 120 s lost 184 of 3,000 searches to a 59 s restart on a 2-core

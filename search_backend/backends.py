@@ -2,19 +2,19 @@
 dict. The LLM router, a backend of the routing package above this one, is picked by name in
 `searchrl/rollout/backends.py`.
 
-This module sits above every backend; the schema it reads lives below them, in `search_backend.settings`, and is
-imported here too, so `from search_backend.config import SearchConfig, open_backend` gives both.
+This module sits above every backend; the schema it reads lives below them, in `searchrl.search.settings`, and is
+imported here too, so `from search_backend.backends import SearchConfig, open_backend` gives both.
 """
 
 from __future__ import annotations
 
-from search_backend.base import SearchBackend
 from search_backend.bm25 import BM25Backend
-from search_backend.http_client import HttpSearchBackend
 from search_backend.hybrid import HybridBackend
 from search_backend.local_faiss import LocalFaissBackend
-from search_backend.settings import SearchConfig
 from search_backend.web import WebSearchBackend, WebSearchConfig
+from searchrl.search.base import SearchBackend
+from searchrl.search.http_client import HttpSearchBackend
+from searchrl.search.settings import SearchConfig
 
 __all__ = ["BACKENDS", "SearchConfig", "open_backend"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable
 
-from search_backend.base import Passage
+from searchrl.search.base import Passage
 
 
 class ResultCache:

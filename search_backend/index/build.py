@@ -25,9 +25,12 @@ import numpy as np
 from tqdm import tqdm
 
 from search_backend.bm25 import build_bm25
-from search_backend.corpus import FORMATS, CorpusReport, Record, TooManyBadLines, file_sha256, read_corpus
-from search_backend.encoder import Encoder, passage_text
-from search_backend.index_layout import (
+from search_backend.encode.encoder import Encoder, passage_text
+from search_backend.encode.onnx_encoder import BACKENDS
+from search_backend.encode.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
+from search_backend.index.corpus import FORMATS, CorpusReport, Record, TooManyBadLines, file_sha256, read_corpus
+from search_backend.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
+from search_backend.index.layout import (
     BM25_DIR,
     EMBED_DIR,
     EMBED_INFO,
@@ -41,13 +44,10 @@ from search_backend.index_layout import (
     remove_durably,
     write_json_atomic,
 )
-from search_backend.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
-from search_backend.onnx_encoder import BACKENDS
-from search_backend.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
-from search_backend.shards import shard_path, shard_paths, split_ranges, write_shard
-from search_backend.store import PassageStore, write_store
+from search_backend.index.shards import shard_path, shard_paths, split_ranges, write_shard
+from search_backend.index.store import PassageStore, write_store
 
-log = logging.getLogger("search_backend.build_index")
+log = logging.getLogger("search_backend.index.build")
 
 CPU_BATCH, GPU_BATCH = 64, 512
 
@@ -312,7 +312,7 @@ def build_vector_index(
     """Train and fill the FAISS index of `faiss` and `compact` types (reused when its record matches)."""
     # FAISS loads on first use, not with this module: the spawned encoding workers import this module to run
     # `_worker` and never need it, nor does `--help`.
-    from search_backend.faiss_index import build_faiss_index, write_index_atomic
+    from search_backend.index.faiss_index import build_faiss_index, write_index_atomic
 
     info = {
         "corpus_sha256": checksum,
@@ -365,7 +365,7 @@ def build(
     encoder_backend: str = "torch",
 ) -> dict:
     """Build (or finish building) an index directory; returns the manifest."""
-    from search_backend.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
+    from search_backend.index.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
 
     if index_type not in INDEX_TYPES:
         raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")
@@ -444,7 +444,7 @@ def build(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m search_backend.build_index",
+        prog="python -m search_backend.index.build",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

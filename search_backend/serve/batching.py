@@ -9,7 +9,7 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from search_backend.base import Passage
+from searchrl.search.base import Passage
 
 log = logging.getLogger(__name__)
 

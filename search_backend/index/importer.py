@@ -31,10 +31,12 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from search_backend.build_index import build_vector_index
-from search_backend.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, json_rows, numbered_lines
-from search_backend.encoder import Encoder
-from search_backend.index_layout import (
+from search_backend.encode.encoder import Encoder
+from search_backend.encode.profiles import PROFILES, profile_for
+from search_backend.index.build import build_vector_index
+from search_backend.index.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, json_rows, numbered_lines
+from search_backend.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
+from search_backend.index.layout import (
     EMBED_DIR,
     EMBED_INFO,
     INDEX_FILE,
@@ -47,10 +49,8 @@ from search_backend.index_layout import (
     remove_durably,
     write_json_atomic,
 )
-from search_backend.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
-from search_backend.profiles import PROFILES, profile_for
-from search_backend.shards import shard_paths, write_shard
-from search_backend.store import write_store
+from search_backend.index.shards import shard_paths, write_shard
+from search_backend.index.store import write_store
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def sample_rows(n: int, k: int = SAMPLE_ROWS) -> list[int]:
 
 def stored_vectors(index, rows: list[int]) -> np.ndarray:  # noqa: ANN001 - a faiss.Index of any kind
     """The vectors the FAISS file holds for `rows`: read back directly (Flat, HNSW) or through an IVF's map."""
-    from search_backend.faiss_import import faiss
+    from search_backend.index.faiss_import import faiss
 
     try:
         return np.vstack([index.reconstruct(int(r)) for r in rows])
@@ -152,7 +152,7 @@ def check_rows(index, rows: list[int], texts: list[str], encoder) -> dict:  # no
 def read_mapped(path: Path):  # noqa: ANN201 - a faiss.Index of any kind
     """The index memory-mapped where FAISS can (Flat, IVF): the header and a few rows are read, never the whole
     file (65 GB for Search-R1's Flat). Types FAISS cannot map (HNSW) are read whole."""
-    from search_backend.faiss_import import faiss
+    from search_backend.index.faiss_import import faiss
 
     # IO_FLAG_MMAP_IFC maps a flat index's codes (FAISS >= 1.11); IO_FLAG_MMAP alone maps only IVF lists.
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY | getattr(faiss, "IO_FLAG_MMAP_IFC", 0)
@@ -209,8 +209,8 @@ def import_index(
 ) -> dict:
     """Write an index directory serving `faiss_file` over `corpus`; returns the manifest. `index_type` faiss serves
     the file as it is; compact and exact are built from its vectors."""
-    from search_backend.faiss_import import faiss  # loads FAISS (and its OpenMP) only when an import runs
-    from search_backend.faiss_index import effective_factory
+    from search_backend.index.faiss_import import faiss  # loads FAISS (and its OpenMP) only when an import runs
+    from search_backend.index.faiss_index import effective_factory
 
     if layout not in LAYOUTS:
         raise IndexImportError(f"--layout {layout!r}: choose one of {', '.join(LAYOUTS)}")

@@ -6,8 +6,6 @@ import itertools
 import os
 from typing import Any
 
-from search_backend.base import Passage, SearchAuthError, SearchError, SearchRefusedError
-from search_backend.settings import DEFAULT_DEADLINE_S, SearchConfig
 from searchrl.http_transport import (
     HttpRefusedError,
     HttpSession,
@@ -15,6 +13,8 @@ from searchrl.http_transport import (
     RetryableError,
     RetryPolicy,
 )
+from searchrl.search.base import Passage, SearchAuthError, SearchError, SearchRefusedError
+from searchrl.search.settings import DEFAULT_DEADLINE_S, SearchConfig
 
 
 def _results(body: Any) -> list:

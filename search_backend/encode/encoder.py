@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from search_backend import onnx_encoder
-from search_backend.profiles import DEFAULT_MODEL, ModelProfile, profile_for, resolve_model
+from search_backend.encode import onnx_encoder
+from search_backend.encode.profiles import DEFAULT_MODEL, ModelProfile, profile_for, resolve_model
 
 log = logging.getLogger(__name__)
 

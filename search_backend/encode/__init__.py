@@ -1,0 +1,1 @@
+"""Query and passage encoders: model profiles, sentence-transformers, ONNX Runtime."""

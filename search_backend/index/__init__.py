@@ -1,0 +1,1 @@
+"""An index directory: corpus readers, the passage store, embedding shards, FAISS types, building and importing."""
