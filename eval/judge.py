@@ -126,7 +126,7 @@ class LLMJudge:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m eval.judge",
+        prog="searchrl eval judge",
         description="Judge (ACC_L) the records of a results file that have no verdict yet; the file is updated "
         "in place (or written to --out), and so are the summary and report of an evaluation folder.",
     )

@@ -248,7 +248,7 @@ async def evaluate(args: argparse.Namespace, stage: StageConfig, pool: RouterCon
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m eval.routing",
+        prog="searchrl eval routing",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n".join(__doc__.splitlines()[1:]),

@@ -27,7 +27,7 @@ from searchrl.search.base import SearchError  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m eval.run_bamboogle_online",
+        prog="searchrl eval online",
         description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n".join(__doc__.splitlines()[1:]),

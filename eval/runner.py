@@ -432,7 +432,7 @@ def report_console(summaries: Sequence[dict[str, Any]], out: Path, allow_search_
         counts = ", ".join(f"{s['dataset']} {s['judge_missing']}" for s in missing)
         print(
             f"error: the judge gave no verdict for {counts} records (generations kept); run the same command "
-            f"again, or `python -m eval.judge {out}/<dataset>.jsonl --judge-url ...`",
+            f"again, or `searchrl eval judge {out}/<dataset>.jsonl --judge-url ...`",
             file=sys.stderr,
         )
 
@@ -482,7 +482,7 @@ def run_all(
         # and a policy that happens not to search would not say so at all.
         print(
             f"error: searches failed: {problem}. Nothing was evaluated; start the search backend "
-            "(launch/start_servers.sh, or python -m search_backend.serve), or pass --allow-search-errors",
+            "(searchrl servers start, or searchrl search serve), or pass --allow-search-errors",
             file=sys.stderr,
         )
         return EXIT_SEARCH_ERRORS

@@ -51,7 +51,7 @@ def score_file(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m eval.score", description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p = argparse.ArgumentParser(prog="searchrl eval score", description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("file", help="JSONL, one question per line")
     p.add_argument("--pred-key", default=None, help="key of the extracted answer (default: parse the trajectory)")
     p.add_argument("--answer-key", default="answer", help="key of the gold answer(s) (default: answer)")

@@ -343,7 +343,7 @@ def real_job(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="launch/quickstart.sh", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="searchrl quickstart", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=RUNS / "quickstart", help="folder for the index, logs, episodes")
     p.add_argument("--episodes", type=int, default=12, help="replayed trajectories (at most 24 bundled)")
     p.add_argument("--tiny-episodes", type=int, default=2, help="episodes of the tiny random transformer")

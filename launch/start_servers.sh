@@ -37,7 +37,7 @@ if [ "$ACTION" = stop ]; then stop_one retrieval; stop_one reward; exit 0; fi
 
 # The stage set lives in searchrl/stage/config.py; the reward server gets the resolved config the agent reads.
 case "$STAGE" in stage*) ;; *) echo "error: --stage must be stage1 or stage2, got $STAGE" >&2; exit 2 ;; esac
-[ -n "$INDEX" ] || { echo "error: --index DIR is required (build one with python -m search_backend.index.build)" >&2; exit 2; }
+[ -n "$INDEX" ] || { echo "error: --index DIR is required (build one with searchrl index build)" >&2; exit 2; }
 [ -f "$INDEX/manifest.json" ] || { echo "error: --index $INDEX has no manifest.json (an unfinished build?)" >&2; exit 2; }
 
 RESOLVED="$RUN_DIR/$STAGE.resolved.json"

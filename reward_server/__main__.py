@@ -18,7 +18,7 @@ from searchrl.server import Limits, server_token, uvicorn_options
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m reward_server",
+        prog="searchrl reward serve",
         description="Serve format and answer rewards over OpenRLHF's remote-reward protocol (POST /get_reward).",
         epilog=f"Bearer-token auth is on when ${TOKEN_ENV} is set. Presets: {', '.join(sorted(PRESETS))}.",
     )

@@ -60,7 +60,7 @@ def score_records(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m reward_server.offline", description="Score logged rollouts offline.")
+    p = argparse.ArgumentParser(prog="searchrl reward score", description="Score logged rollouts offline.")
     p.add_argument("file", help="JSONL with a solution text and gold answer per line")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", help="a stage config whose `reward:` section is the spec")

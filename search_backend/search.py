@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m search_backend.search", description=__doc__)
+    p = argparse.ArgumentParser(prog="searchrl search query", description=__doc__)
     p.add_argument("--index", required=True, help="index directory made by search_backend.index.build")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--query", help="one query")

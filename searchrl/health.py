@@ -137,9 +137,7 @@ def plot(curves: dict[str, list[tuple[int, float]]], path: Path, t: Thresholds =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m searchrl.health", description=__doc__.splitlines()[0].split(": ", 1)[1]
-    )
+    p = argparse.ArgumentParser(prog="searchrl health", description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("logdir", type=Path, help="the run's TensorBoard folder (--logger.tensorboard_dir)")
     p.add_argument("--png", type=Path, default=None, help="also plot the curves to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -164,7 +164,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m stage_router_r1.prepare_data",
+        prog="searchrl data prepare router_r1",
         description="Build Router-R1's prompt data (training, and optionally test) for OpenRLHF.",
         epilog="\n".join(__doc__.splitlines()[2:]),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -13,11 +13,20 @@ from searchrl.paths import ROOT
 
 # Each command's --help through launch.cli.main, in one interpreter: one start-up for all of them.
 HELP_ALL = """
-import json, os, sys, tempfile
-from launch.cli import COMMANDS, GROUPS, main
+import argparse, json, os, sys, tempfile
+from launch.cli import build_parser, main
+
+# Every command and group the parser offers, read from its subparsers (not from a list of ours).
+def walk(parser, words=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield " ".join((*words, name))
+                yield from walk(sub, (*words, name))
+
 out = {}
-for key in [*GROUPS, *COMMANDS]:
-    # Captured at the file descriptor: `servers start` hands --help to a shell script.
+for key in walk(build_parser()):
+    # Captured at the file descriptor: a target that printed its help from a child process is caught too.
     with tempfile.TemporaryFile(mode="w+") as buf:
         sys.stdout.flush()
         saved = os.dup(1)
@@ -46,11 +55,16 @@ def test_every_subcommand_has_help():
     proc = subprocess.run([sys.executable, "-c", HELP_ALL], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(got) == {*GROUPS, *COMMANDS}
+    assert set(got) == {*GROUPS, *COMMANDS} and len(COMMANDS) >= 25
     for key, (code, text) in got.items():
         assert code in (0, None), f"searchrl {key} --help exited {code}"
         # The target's own help: its options, not an empty page.
         assert "--" in text and len(text.splitlines()) >= 3, f"searchrl {key} --help printed no help:\n{text}"
+    # Every command names itself as the user typed it, not the module or script behind it.
+    unnamed = {
+        key: text.splitlines()[0] for key, (_, text) in got.items() if not text.startswith(f"usage: searchrl {key}")
+    }
+    assert not unnamed, unnamed
     # Each `searchrl stage` command has its own parser: it names itself and offers only its own options.
     own = {
         "stage submit": ("--address", "--when-ready"),

@@ -444,7 +444,7 @@ def build(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m search_backend.index.build",
+        prog="searchrl index build",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -440,7 +440,7 @@ def _help(field: str) -> str | None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m search_backend.serve", description=__doc__)
+    p = argparse.ArgumentParser(prog="searchrl search serve", description=__doc__)
     p.add_argument("--index", required=True, help="index directory made by search_backend.index.build")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     p.add_argument("--port", type=int, default=8002)

@@ -23,7 +23,7 @@ from searchrl.hub import HubError, load_dataset_rows
 from searchrl.jsonl import RecordError, read_jsonl
 from searchrl.metrics import as_golds, best_over_golds, normalize_answer
 from searchrl.qa_data.eval_sets import EVAL_SETS, eval_set_path
-from searchrl.stage.config import ModelConfig, StageConfig, resolve_model_path
+from searchrl.stage.config import STAGES, ModelConfig, StageConfig, resolve_model_path
 from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt, template_fingerprint
 
 DEFAULT_BUCKETS = "hard:0-2,medium:3-6,easy:7-10"
@@ -180,7 +180,7 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
 
 def build_parser(stage: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"python -m {stage}.prepare_data",
+        prog=f"searchrl data prepare {next((k for k, v in STAGES.items() if v == stage), stage)}",
         description=f"Build the {stage} prompt dataset for OpenRLHF (`prompt`, `label`) from questions and answers.",
     )
     p.add_argument(

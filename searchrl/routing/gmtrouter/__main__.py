@@ -15,7 +15,7 @@ from searchrl.routing.gmtrouter.synthetic import synthesize
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m searchrl.routing.gmtrouter", description=__doc__)
+    parser = argparse.ArgumentParser(prog="searchrl gmtrouter", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     tr = sub.add_parser("train", help="train the personalised router (and its non-personalised twin) on logs")
