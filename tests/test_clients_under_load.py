@@ -21,8 +21,8 @@ from search_backend.serve.app import create_app as create_search_app
 from searchrl.metrics import as_golds
 from searchrl.reward.scoring import score_solution
 from searchrl.reward.spec import PRESETS
-from searchrl.rollout.backends import open_backend
 from searchrl.rollout.reward_client import RewardClient
+from searchrl.rollout.search_step import open_search_step
 from searchrl.search.base import Passage
 from searchrl.search.http_client import HttpSearchBackend
 from searchrl.stage.search import StageSearchConfig
@@ -121,7 +121,7 @@ def completions_echo_app() -> FastAPI:
 
 def _router(url: str) -> Any:
     models = [{"name": "small", "base_url": f"{url}/v1", "model": "small-model"}]
-    return open_backend(StageSearchConfig.model_validate({"backend": "router", "router": {"models": models}}))
+    return open_search_step(StageSearchConfig.model_validate({"backend": "router", "router": {"models": models}}))
 
 
 @pytest.mark.parametrize("client", ["router", "web", "completions", "judge"])

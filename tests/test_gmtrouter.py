@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from searchrl.rollout.backends import open_backend
+from searchrl.rollout.search_step import open_search_step
 from searchrl.routing.gmtrouter.__main__ import main
 from searchrl.routing.gmtrouter.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from searchrl.routing.gmtrouter.data import LogError, read_logs, sessions_of
@@ -168,7 +168,7 @@ def test_the_router_backend_asks_the_policy_for_queries_naming_no_model(experime
         urls = [stack.enter_context(serve(chat_app(controls[m], answer_as(m)))) for m in MODELS]
         pool = [{"name": m, "base_url": f"{u}/v1", "model": m} for m, u in zip(MODELS, urls, strict=True)]
         policy_cfg = {"checkpoint": str(out), "user": first}
-        backend = open_backend(
+        backend = open_search_step(
             StageSearchConfig.model_validate({"backend": "router", "router": {"models": pool, "policy": policy_cfg}})
         )
 

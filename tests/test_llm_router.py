@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from searchrl.rollout.backends import open_backend
+from searchrl.rollout.search_step import open_search_step
 from searchrl.search.base import SearchError
 from searchrl.stage.search import StageSearchConfig
 from tests.conftest import ROOT, serve
@@ -35,7 +35,7 @@ def router_config(urls, retries=1):
 def test_questions_go_to_the_named_model_in_parallel_with_their_cost():
     small, big = FakeControl(api_key=None), FakeControl(api_key=None)
     with serve(chat_app(small, answer_as("small"))) as s, serve(chat_app(big, answer_as("big"))) as b:
-        backend = open_backend(router_config({"small": s, "big": b}))
+        backend = open_search_step(router_config({"small": s, "big": b}))
 
         async def run():
             try:
@@ -67,7 +67,7 @@ def test_a_failing_model_is_retried_then_a_typed_error():
     flaky = FakeControl(api_key=None, script=["500", "ok"])
     down = FakeControl(api_key=None, mode="500")
     with serve(chat_app(flaky, answer_as("small"))) as s, serve(chat_app(down, answer_as("big"))) as b:
-        backend = open_backend(router_config({"small": s, "big": b}))
+        backend = open_search_step(router_config({"small": s, "big": b}))
 
         async def run():
             try:
@@ -83,7 +83,7 @@ def test_a_failing_model_is_retried_then_a_typed_error():
 
 def test_router_section_is_required():
     with pytest.raises(ValueError, match="search.router: required"):
-        open_backend(StageSearchConfig(backend="router"))
+        open_search_step(StageSearchConfig(backend="router"))
 
 
 def test_router_r1_naming_picks_models_by_the_words_of_the_name():

@@ -23,9 +23,9 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 from searchrl.config import ConfigError
 from searchrl.protocol import ANSWER_CLOSE, END_QUERY
 from searchrl.reward.group import EpisodeTerms
-from searchrl.rollout.backends import open_backend
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient
+from searchrl.rollout.search_step import open_search_step
 from searchrl.stage.config import CONFIG_ENV, CONFIG_JSON_ENV, StageConfig
 
 
@@ -98,7 +98,7 @@ class Runtime:
             token=os.environ.get(stage.reward_server.token_env),
         )
         terms = EpisodeTerms(stage.reward, int(stage.openrlhf.get("rollout.n_samples_per_prompt") or 1))
-        environment = SearchEnvironment(open_backend(stage.search), stage.episode, stage.reward)
+        environment = SearchEnvironment(open_search_step(stage.search), stage.episode, stage.reward)
         return cls(stage, environment, rewards, terms)
 
     @classmethod
