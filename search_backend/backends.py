@@ -1,6 +1,7 @@
-"""Search backend selection: `open_backend` builds the backend a `SearchConfig` names, from a plain name -> class
-dict. The LLM router, a backend of the routing package above this one, is picked by name in
-`searchrl/rollout/backends.py`.
+"""The search backends by name and the one function that opens them: `open_backend` builds the backend a
+`SearchConfig` names, from a plain name -> class dict whose keys are the schema's `BACKEND_NAMES`. The LLM router,
+which answers through the search interface from the routing package, is picked by the episode's search step
+(`searchrl/rollout/search_step.py`).
 
 This module sits above every backend; the schema it reads lives below them, in `searchrl.search.settings`, and is
 imported here too, so `from search_backend.backends import SearchConfig, open_backend` gives both.
@@ -14,7 +15,7 @@ from search_backend.local_faiss import LocalFaissBackend
 from search_backend.web import WebSearchBackend, WebSearchConfig
 from searchrl.search.base import SearchBackend
 from searchrl.search.http_client import HttpSearchBackend
-from searchrl.search.settings import SearchConfig
+from searchrl.search.settings import BACKEND_NAMES, SearchConfig
 
 __all__ = ["BACKENDS", "SearchConfig", "open_backend"]
 
@@ -25,6 +26,8 @@ BACKENDS: dict[str, type] = {
     "http": HttpSearchBackend,
     "web": WebSearchBackend,
 }
+if tuple(BACKENDS) != BACKEND_NAMES:
+    raise ImportError(f"search_backend.BACKENDS {tuple(BACKENDS)} differ from the schema's names {BACKEND_NAMES}")
 
 
 def open_backend(config: SearchConfig) -> SearchBackend:

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from searchrl.search.settings import INDEX_BACKENDS
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="searchrl search query", description=__doc__)
@@ -19,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backend",
         default="local",
-        choices=("local", "bm25", "hybrid"),
+        choices=INDEX_BACKENDS,
         help="local: dense search with the index's type; bm25 (index built with --bm25); hybrid: both",
     )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))

@@ -92,7 +92,7 @@ def test_apply_override_into_value_is_an_error():
         apply_override({"a": 1}, "a.b", 2)
 
 
-def test_reward_spec_from_preset_or_config():
+def test_reward_spec_from_preset_or_config(tmp_path):
     assert load_reward_spec(preset="r1searcher-qwen-stage2").answer_metric == "f1"
     with pytest.raises(ConfigError, match="cem .cover-EM. pays a list of candidates.*ACC_R.*allow_cover_em"):
         load_reward_spec(preset="r1searcher-qwen-stage2", overrides=["answer_metric=cem"])
@@ -106,3 +106,31 @@ def test_reward_spec_from_preset_or_config():
         load_reward_spec()
     with pytest.raises(ConfigError, match="reward.format_rules: Value error, unknown rule"):
         load_reward_spec(preset="stage2-answer", overrides=["format_rules=[typo]"])
+    # The server reads a stage file's section through the stage config's own loader: same errors, same names.
+    with pytest.raises(ConfigError, match=r"stage2_answer.yaml: reward.answer_metric: Input should be 'em'"):
+        load_reward_spec(config=STAGE2, overrides=["answer_metric=zz"])
+    with pytest.raises(ConfigError, match=r"stage2_answer.yaml: reward.answer_metric: Input should be 'em'"):
+        load_stage(STAGE2, ["reward.answer_metric=zz"])
+    no_reward = tmp_path / "no_reward.yaml"
+    no_reward.write_text("model: m\n")
+    with pytest.raises(ConfigError, match="no_reward.yaml: reward: Field required"):
+        load_reward_spec(config=no_reward)
+
+
+def test_backend_names_come_from_one_list():
+    """The `search:` schema, a stage's search, the retrieval server and the opener all read BACKEND_NAMES."""
+    from search_backend.backends import BACKENDS
+    from search_backend.serve.app import ServerConfig
+    from searchrl.search.settings import BACKEND_NAMES, INDEX_BACKENDS, SearchConfig
+    from searchrl.stage.search import StageSearchConfig
+
+    assert tuple(BACKENDS) == BACKEND_NAMES and set(INDEX_BACKENDS) < set(BACKEND_NAMES)
+    for name in BACKEND_NAMES:
+        assert SearchConfig(backend=name).backend == name and StageSearchConfig(backend=name).backend == name
+    assert StageSearchConfig(backend="router").backend == "router"
+    for name in INDEX_BACKENDS:
+        assert ServerConfig(index_dir=".", backend=name).backend == name
+    with pytest.raises(ValueError, match="backend"):
+        SearchConfig(backend="router")
+    with pytest.raises(ValueError, match="backend"):
+        ServerConfig(index_dir=".", backend="http")

@@ -21,6 +21,7 @@ from search_backend.serve.cache import ResultCache
 from search_backend.serve.index_reload import IndexWatch, ReloadError, reload_on_sighup
 from searchrl.search.base import Passage, SearchBackend, normalise_query, r1_text
 from searchrl.search.index_settings import HybridConfig, IndexSettings
+from searchrl.search.settings import IndexBackend
 from searchrl.server import (
     BODY_ERRORS,
     ErrorBody,
@@ -45,7 +46,7 @@ LARGE_ANSWER = 2000  # passages in an answer above which it is encoded off the e
 
 
 class ServerConfig(IndexSettings):
-    backend: Literal["local", "bm25", "hybrid"] = Field(
+    backend: IndexBackend = Field(
         default="local", description="over index_dir: dense (the manifest's index type), BM25, or both fused"
     )
     batching: bool = True

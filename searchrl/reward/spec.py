@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from searchrl.config import ConfigError, apply_override, format_errors, parse_overrides, read_yaml
+from searchrl.config import ConfigError, apply_override, load, parse_overrides, validate
 from searchrl.reward.format_rules import RULES
 
 # The format bonus covers every rule but the query/documents tag counts, which the search bonus
@@ -219,6 +219,15 @@ PRESETS: dict[str, RewardSpec] = {
 }
 
 
+class RewardSection(BaseModel):
+    """A stage config, or its resolved JSON, read for its `reward:` section alone. The stage config's own schema
+    holds the same `reward: RewardSpec` field, and both go through `searchrl.config`'s one loader, so the reward
+    server and the agent cannot read the section differently."""
+
+    model_config = ConfigDict(extra="ignore")
+    reward: RewardSpec
+
+
 def load_reward_spec(
     config: str | Path | None = None, preset: str | None = None, overrides: Iterable[str] = ()
 ) -> RewardSpec:
@@ -228,25 +237,15 @@ def load_reward_spec(
     """
     if (config is None) == (preset is None):
         raise ConfigError("give exactly one of --config FILE or --preset NAME")
-    pairs = [(k if k.startswith("reward.") else f"reward.{k}", v) for k, v in parse_overrides(overrides)]
-    if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"--preset: unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-        data: dict[str, Any] = {"reward": PRESETS[preset].model_dump()}
-        source = f"preset {preset}"
-    else:
-        data = read_yaml(config)  # type: ignore[arg-type]
-        source = str(config)
-        if "reward" not in data:
-            raise ConfigError(f"{source}: reward: missing section (the reward spec of the stage)")
-    for key, value in pairs:
+    overrides = [o if o.startswith("reward.") else f"reward.{o}" for o in overrides]
+    if config is not None:
+        return load(RewardSection, config, overrides).reward
+    if preset not in PRESETS:
+        raise ConfigError(f"--preset: unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    data: dict[str, Any] = {"reward": PRESETS[preset].model_dump()}
+    for key, value in parse_overrides(overrides):
         apply_override(data, key, value)
-    if not isinstance(data["reward"], dict):
-        raise ConfigError(f"{source}: reward: expected a mapping")
-    try:
-        return RewardSpec.model_validate(data["reward"])
-    except ValidationError as e:
-        raise ConfigError(format_errors(source, e).replace(f"{source}: ", f"{source}: reward.")) from None
+    return validate(RewardSection, data, f"preset {preset}").reward
 
 
 def resolved_reward_spec(path: str | Path) -> RewardSpec:
@@ -258,9 +257,6 @@ def resolved_reward_spec(path: str | Path) -> RewardSpec:
         raise ConfigError(f"{p}: cannot read the resolved config: {e}") from None
     except ValueError as e:
         raise ConfigError(f"{p}: not JSON: {e}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("reward"), dict):
-        raise ConfigError(f"{p}: reward: missing section (write it with python -m searchrl.job.resolved_config)")
-    try:
-        return RewardSpec.model_validate(data["reward"])
-    except ValidationError as e:
-        raise ConfigError(format_errors(str(p), e).replace(f"{p}: ", f"{p}: reward.")) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping (write it with python -m searchrl.job.resolved_config)")
+    return validate(RewardSection, data, str(p)).reward

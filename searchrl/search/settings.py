@@ -21,8 +21,17 @@ from searchrl.search.web_settings import WebSearchConfig
 DEFAULT_DEADLINE_S = 300.0
 
 
+# The search backends by name: the one list the `search:` schema, the retrieval server, the one-shot query command
+# and search_backend.backends.BACKENDS (which maps each to its class) are read from. The first three search an
+# index directory; a stage adds "router" (searchrl/stage/search.py).
+INDEX_BACKENDS = ("local", "bm25", "hybrid")
+BACKEND_NAMES = (*INDEX_BACKENDS, "http", "web")
+IndexBackend = Literal[INDEX_BACKENDS]  # type: ignore[valid-type]
+BackendName = Literal[BACKEND_NAMES]  # type: ignore[valid-type]
+
+
 class SearchConfig(IndexSettings):
-    backend: Literal["local", "bm25", "hybrid", "http", "web"] = "http"
+    backend: BackendName = "http"
     urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8002"])
     timeout_s: float = Field(default=30.0, gt=0)
     retries: int | None = Field(
