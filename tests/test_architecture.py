@@ -9,6 +9,7 @@ uploads what its agent reaches and none of the packages that stay home.
 from __future__ import annotations
 
 import ast
+import shutil
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -59,21 +60,21 @@ HEAVY = {"torch", "transformers", "vllm", "deepspeed", "ray", "openrlhf", "faiss
          "tokenizers"}  # fmt: skip
 # Packages a real job leaves home: its workers never import them.
 HOME_ONLY = tuple(p.strip("/").replace("/", ".") for p in PLAN_HOME_ONLY)
-RANK = {"top": 0, "typing": 1, "function": 2}
+RANK = {"top": 0, "typing": 1, "function": 2, "load": 3}
 
 
-def module_name(file: Path) -> str:
-    parts = list(file.relative_to(ROOT).with_suffix("").parts)
+def module_name(file: Path, root: Path = ROOT) -> str:
+    parts = list(file.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @cache
-def modules() -> dict[str, Path]:
+def modules(root: Path = ROOT) -> dict[str, Path]:
     """Every module of ours, by dotted name."""
     found = {}
     for top in TOP_LEVEL:
-        for file in sorted((ROOT / top).rglob("*.py")):
-            found[module_name(file)] = file
+        for file in sorted((root / top).rglob("*.py")):
+            found[module_name(file, root)] = file
     return found
 
 
@@ -98,10 +99,49 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
+# Loads whose target is not a literal, each with what it loads and why it is not an import. Any other load by name or
+# path fails `test_every_load_by_path_is_read`: its target is then invisible to the layering.
+DYNAMIC_LOADS = {
+    ("searchrl/rollout/agent.py", "spec_from_file_location"): "an agent file by path, as OpenRLHF's engine does",
+    ("searchrl/rehearsal/job.py", "spec_from_file_location"): "an agent file by path, as OpenRLHF's actor does",
+    ("searchrl/rehearsal/cpu/launch.py", "run_module"): "an OpenRLHF entry module, under the CPU layer",
+    ("searchrl/rehearsal/cpu/deepspeed_ops.py", "import_module"): "a DeepSpeed module (a literal, not ours)",
+    ("search_backend/encode/onnx_encoder.py", "__import__"): "an optional library, to report it missing",
+    ("launch/cli.py", "import_module"): "the command table's modules: edges of launch.cli (cli_edges)",
+    ("benchmarks/peers.py", "spec_from_file_location"): "a peer project's file, measured beside ours",
+}
+LOADERS = {"import_module", "__import__", "run_module", "run_path", "spec_from_file_location"}
+UNREAD = "<not a literal>"
+
+
+def loader_name(call: ast.Call) -> str | None:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    return name if name in LOADERS else None
+
+
+def dynamic_load(call: ast.Call) -> str | None:
+    """The module a load by name or path reads ("a.b" from `import_module("a.b")`, "a.b" from
+    `spec_from_file_location(_, "a/b.py")`), UNREAD where its argument is not a literal, None for other calls."""
+    name = loader_name(call)
+    if name is None:
+        return None
+    args = [*call.args, *(k.value for k in call.keywords)]
+    arg = args[1] if name == "spec_from_file_location" and len(args) > 1 else args[0] if args else None
+    if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+        return UNREAD
+    value = arg.value
+    if name in ("run_path", "spec_from_file_location") or value.endswith(".py"):
+        value = value.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    return value
+
+
 def imports_of(tree: ast.Module, package: str) -> list[tuple[int, str, str]]:
-    """(line, imported name, where: "top", "function" or "typing") for every import in the tree; `from a import b`
-    gives `a.b`, which is resolved to module `a` where `a.b` is not one. A file's own `__main__` block is left out:
-    it runs as a script, never on import."""
+    """(line, imported name, where: "top", "function", "typing" or "load") for every import in the tree; `from a
+    import b` gives `a.b`, which is resolved to module `a` where `a.b` is not one (so a package's `__init__` is an edge
+    exactly when a name is taken from it). A load by name or path (`importlib.import_module`, `runpy`,
+    `spec_from_file_location`, `__import__`) counts as an import of what it loads: `dynamic_load`. A file's own
+    `__main__` block is left out: it runs as a script, never on import."""
     found: list[tuple[int, str, str]] = []
 
     def visit(node: ast.AST, where: str) -> None:
@@ -114,8 +154,9 @@ def imports_of(tree: ast.Module, package: str) -> list[tuple[int, str, str]]:
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, base] if base else parent)
-            found.append((node.lineno, base, where))
             found.extend((node.lineno, f"{base}.{alias.name}", where) for alias in node.names)
+        elif isinstance(node, ast.Call) and (loaded := dynamic_load(node)) is not None:
+            found.append((node.lineno, loaded, "load"))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             where = "function"
         elif isinstance(node, ast.If) and _type_checking(node) and where == "top":
@@ -127,23 +168,42 @@ def imports_of(tree: ast.Module, package: str) -> list[tuple[int, str, str]]:
     return found
 
 
+def cli_edges(root: Path) -> list[str]:
+    """The modules launch/cli.py's command table imports by name when a command runs."""
+    tree = ast.parse((root / "launch" / "cli.py").read_text(encoding="utf-8"))
+    return [
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "Command"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ]
+
+
 @cache
-def graph() -> dict[str, dict[str, tuple[str, str]]]:
-    """module -> {imported module of ours: (file:line, "top", "function" or "typing": how it is first met)}."""
-    ours = modules()
+def graph(root: Path = ROOT) -> dict[str, dict[str, tuple[str, str]]]:
+    """module -> {imported module of ours: (file:line, "top", "function", "typing" or "load": how it is first met)}. An
+    import of a module's own package counts too: a package whose `__init__` imports the module that imports it
+    back is a circle (an ImportError, depending on which is imported first)."""
+    ours = modules(root)
     edges: dict[str, dict[str, tuple[str, bool]]] = {}
     for module, file in ours.items():
         package = module if file.name == "__init__.py" else module.rpartition(".")[0]
         out: dict[str, tuple[str, str]] = {}
-        for line, name, kind in imports_of(ast.parse(file.read_text(encoding="utf-8")), package):
+        found = imports_of(ast.parse(file.read_text(encoding="utf-8")), package)
+        if module == "launch.cli":
+            found += [(0, name, "load") for name in cli_edges(root)]
+        for line, name, kind in found:
             if name.split(".")[0] not in TOP_LEVEL:
                 continue
             target = name
             while target and target not in ours:
                 target = target.rpartition(".")[0]
-            if not target or target == module or module.startswith(target + "."):
-                continue  # the package a module sits in is imported with it (its __init__): not an edge
-            where = f"{file.relative_to(ROOT)}:{line}"
+            if not target or target == module:
+                continue
+            where = f"{file.relative_to(root)}:{line}"
             previous = out.get(target)
             if previous is None or RANK[kind] < RANK[previous[1]]:
                 out[target] = (where, kind)
@@ -221,10 +281,13 @@ def test_imports_of_reads_every_form() -> None:
         "def f():\n    from searchrl.search.base import Passage\n"
         "if __name__ == '__main__':\n    import launch.cli\n"
     )
+    code += "import importlib\nm = importlib.import_module('eval.runner')\n"
+    code += "s = importlib.util.spec_from_file_location('a', 'stage1_format/agent_func.py')\nimportlib.reload(m)\n"
     found = imports_of(ast.parse(code), "searchrl.job")
     assert (1, "searchrl.protocol", "top") in found and (2, "searchrl.metrics", "top") in found
-    assert (3, "searchrl.job.x", "top") in found and (5, "searchrl.search.base", "function") in found
-    assert not [n for _, n, _ in found if n.startswith("launch")]
+    assert (3, "searchrl.job.x", "top") in found and (5, "searchrl.search.base.Passage", "function") in found
+    assert (9, "eval.runner", "load") in found and (10, "stage1_format.agent_func", "load") in found
+    assert not [n for _, n, _ in found if n.startswith("launch")] and len(found) == 7, found
 
 
 def test_every_package_has_a_layer() -> None:
@@ -236,27 +299,94 @@ def test_every_package_has_a_layer() -> None:
         assert layer_of(module), module
 
 
-def test_no_import_circle_between_files() -> None:
-    circles = strongly_connected({m: set(out) for m, out in graph().items()})
+def circles(root: Path = ROOT) -> list[str]:
+    edges = graph(root)
     shown = []
-    for circle in circles:
+    for circle in strongly_connected({m: set(out) for m, out in edges.items()}):
         inside = set(circle)
-        shown.append(
-            " <-> ".join(circle)
-            + "\n  "
-            + "\n  ".join(f"{m} -> {t} ({w})" for m in circle for t, (w, _) in graph()[m].items() if t in inside)
-        )
-    assert not circles, "import circles between files:\n" + "\n".join(shown)
+        lines = [f"{m} -> {t} ({w})" for m in circle for t, (w, _) in edges[m].items() if t in inside]
+        shown.append(" <-> ".join(circle) + "\n  " + "\n  ".join(lines))
+    return shown
+
+
+def upward(root: Path = ROOT) -> list[str]:
+    return sorted(
+        f"{where}: {module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+        for module, out in graph(root).items()
+        for target, (where, _) in out.items()
+        if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
+    )
+
+
+def unread_loads(root: Path = ROOT) -> list[str]:
+    """Loads by name or path whose target the layering cannot read and that DYNAMIC_LOADS does not explain."""
+    found = []
+    for file in modules(root).values():
+        rel = file.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and dynamic_load(node) == UNREAD:
+                if (rel, loader_name(node)) not in DYNAMIC_LOADS:
+                    found.append(f"{rel}:{node.lineno}: {loader_name(node)}")
+    return found
+
+
+def test_no_import_circle_between_files() -> None:
+    shown = circles()
+    assert not shown, "import circles between files:\n" + "\n".join(shown)
 
 
 def test_imports_go_down_the_layers() -> None:
-    upward = [
-        f"{where}: {module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
-        for module, out in graph().items()
-        for target, (where, _) in out.items()
-        if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
-    ]
-    assert not upward, "imports against the layering of docs/ARCHITECTURE.md:\n" + "\n".join(sorted(upward))
+    found = upward()
+    assert not found, "imports against the layering of docs/ARCHITECTURE.md:\n" + "\n".join(found)
+
+
+def test_every_load_by_path_is_read() -> None:
+    found = unread_loads()
+    assert not found, (
+        "loads whose target the layering cannot read (use a literal, or explain it in DYNAMIC_LOADS):\n"
+        + ("\n".join(found))
+    )
+    # Every explained load still exists: an entry left behind would excuse the next one in that file.
+    seen = set()
+    for file in modules().values():
+        rel = file.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and loader_name(node):
+                seen.add((rel, loader_name(node)))
+    assert set(DYNAMIC_LOADS) <= seen, sorted(set(DYNAMIC_LOADS) - seen)
+
+
+def tree_copy(dest: Path) -> Path:
+    for top in TOP_LEVEL:
+        shutil.copytree(ROOT / top, dest / top, ignore=shutil.ignore_patterns("__pycache__", "results", "fixtures"))
+    return dest
+
+
+def test_the_checks_see_a_circle_through_an_init_and_loads_by_path(tmp_path) -> None:
+    """What the checks once missed, injected into a copy of the tree: each must fail there."""
+    root = tree_copy(tmp_path / "clean")
+    assert circles(root) == [] and upward(root) == [] and unread_loads(root) == []
+    root = tree_copy(tmp_path / "circle")
+    # A package whose __init__ imports a module that takes a name back from the package: an ImportError when the
+    # module is imported first, and once invisible (an edge to a module's own package was skipped).
+    init = root / "searchrl" / "search" / "__init__.py"
+    init.write_text(init.read_text() + "from searchrl.search.base import Passage\n\nDEFAULT = Passage\n")
+    base = root / "searchrl" / "search" / "base.py"
+    base.write_text(base.read_text() + "\nfrom searchrl.search import DEFAULT  # noqa\n")
+    assert any(c.startswith("searchrl.search <-> searchrl.search.base") for c in circles(root)), circles(root)
+
+    # A load by name of a module up the layers, and a load by a path the check cannot read.
+    root = tree_copy(tmp_path / "loads")
+    metrics = root / "searchrl" / "metrics.py"
+    metrics.write_text(metrics.read_text() + "\nimport importlib\n\ncli = importlib.import_module('launch.cli')\n")
+    assert any("searchrl.metrics (searchrl) imports launch.cli (launch)" in u for u in upward(root)), upward(root)
+    scoring = root / "searchrl" / "reward" / "scoring.py"
+    scoring.write_text(scoring.read_text() + "\nimport runpy\n\nPATH = 'x.py'\nrunpy.run_path(PATH)\n")
+    assert [u.split(":")[0] for u in unread_loads(root)] == ["searchrl/reward/scoring.py"], unread_loads(root)
+    root = tree_copy(tmp_path / "path")
+    scoring = root / "searchrl" / "reward" / "scoring.py"
+    scoring.write_text(scoring.read_text() + "\nimport runpy\n\nrunpy.run_path('eval/runner.py')\n")
+    assert unread_loads(root) == [] and any("scoring (searchrl.reward) imports eval.runner" in u for u in upward(root))
 
 
 def test_an_import_in_a_function_delays_a_heavy_library() -> None:
