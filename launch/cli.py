@@ -56,9 +56,7 @@ COMMANDS: dict[str, Command] = {
         "eval.routing", "main", "a routing policy against cheapest/largest/random baselines: quality and cost"
     ),
     "eval report": Command("eval.report", "main", "rewrite results.md and results.png of an output folder"),
-    "eval tiny-checkpoint": Command(
-        "searchrl.tiny_policy.model", "main", "write a tiny random checkpoint for CPU runs"
-    ),
+    "eval tiny-checkpoint": Command("eval.tiny_checkpoint", "main", "write a tiny random checkpoint for CPU runs"),
     "gmtrouter train": Command(
         "searchrl.routing.gmtrouter.__main__", "main", "train the personalised router on interaction logs", ("train",)
     ),

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     p = argparse.ArgumentParser(
-        prog="searchrl eval tiny-checkpoint",
+        prog="python -m searchrl.tiny_policy.model",
         description="Write a tiny random checkpoint folder (save_pretrained) for CPU runs of the evaluation: "
-        "`searchrl eval local --model FOLDER --template base --engine hf`. Its answers are noise.",
+        "`python -m eval.run_local --model FOLDER --template base --engine hf`. Its answers are noise.",
     )
     p.add_argument("--out", type=Path, default=Path("runs/tiny-checkpoint"), help="checkpoint folder to write")
     p.add_argument("--seed", type=int, default=0)
