@@ -309,11 +309,24 @@ def _demo(
         summary["training"] = trained
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         for stage, t in trained.items():
-            what = "format-and-search rate" if stage == "stage1" else "EM"
-            print(f"[quickstart] {stage}: {what} {t['score_first']:.2f} -> {t['score_last']:.2f}, mean reward "
-                  f"{t['mean_reward_first']:.2f} -> {t['mean_reward_last']:.2f} over {t['steps']} steps "
-                  f"({t['seconds']:.0f} s)")  # fmt: skip
+            print(stage_line(stage, t))
     return 0
+
+
+def stage_line(stage: str, t: dict[str, Any]) -> str:
+    """A trained stage in one line: its own measure, then what the reward server scored (the reward the policy is
+    paid, and the share of episodes that broke no format rule: stage 2 pays a broken rule with a penalty, so its
+    reward can fall while EM rises)."""
+
+    def change(key: str) -> str:
+        first, last = t.get(f"{key}_first"), t.get(f"{key}_last")
+        return "n/a" if first is None or last is None else f"{first:.2f} -> {last:.2f}"
+
+    what = "format-and-search rate" if stage == "stage1" else "EM"
+    return (
+        f"[quickstart] {stage}: {what} {change('score')}; reward server: mean reward {change('server_reward')}, "
+        f"format kept {change('server_format_ok')}; first to last of {t['steps']} steps ({t['seconds']:.0f} s)"
+    )
 
 
 def real_job(args: argparse.Namespace) -> int:

@@ -367,3 +367,28 @@ def test_the_fused_adam_prebuild_runs_the_ninja_the_training_jobs_run(monkeypatc
     # Set-up runs it before the project's dependencies are installed: nothing beyond DeepSpeed may be imported.
     absent = "import sys; sys.modules.update(dict.fromkeys(['httpx', 'fastapi', 'pydantic', 'yaml', 'numpy'])); "
     subprocess.run([sys.executable, "-c", absent + "import searchrl.rehearsal.cpu.prebuild"], cwd=ROOT, check=True)
+
+
+def test_the_quickstart_line_reports_what_the_reward_server_scored(tmp_path):
+    """Each stage's line gives its measure and the reward server's own mean reward and format rate per step's batch
+    (read from its score log in scoring order), so a reward that falls while EM rises shows why."""
+    from launch.quickstart import stage_line
+
+    log = tmp_path / "scored.jsonl"
+    rows = [(1.0, 1.0), (0.0, 1.0), (-2.0, 0.0), (1.0, 1.0), (1.0, 1.0), (-2.0, 0.0), (9.0, 1.0)]  # 3 steps of 2 + 1
+    log.write_text("".join(json.dumps({"reward": r, "logs": {"format_ok": f}}) + "\n" for r, f in rows))
+    served = training.served_rewards(log, per_step=2, steps=3)
+    assert served == [
+        {"reward": 0.5, "format_ok": 1.0},
+        {"reward": -0.5, "format_ok": 0.5},
+        {"reward": -0.5, "format_ok": 0.5},
+    ]
+    assert training.served_rewards(log, per_step=4, steps=3) == [{"reward": 0.0, "format_ok": 0.75}]
+    trained = {"score_first": 0.14, "score_last": 0.59, "server_reward_first": 0.5, "server_reward_last": -0.5,
+               "server_format_ok_first": 1.0, "server_format_ok_last": 0.5, "steps": 3, "seconds": 60.0}  # fmt: skip
+    line = stage_line("stage2", trained)
+    assert line == (
+        "[quickstart] stage2: EM 0.14 -> 0.59; reward server: mean reward 0.50 -> -0.50, format kept 1.00 -> 0.50; "
+        "first to last of 3 steps (60 s)"
+    )
+    assert "mean reward n/a" in stage_line("stage1", {**trained, "server_reward_first": None})

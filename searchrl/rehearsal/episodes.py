@@ -134,6 +134,108 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def episode_overrides(
+    stage_name: str, stage: str, model: str | None, overrides: list[str], n: int, prompts: int, stage_dir: Path
+) -> tuple[str | None, list[str], Any, Path]:
+    """The model (a chat stand-in where the policy's tokenizer is not here), the rehearsal's own overrides (its
+    data, its scale, its folders), the stage's router config (None unless it routes) and the recordings file."""
+    base = plan_stage(stage_name, model, ["init_from=null", *overrides])
+    model_config = str(base["stage"].model)
+    if model is None and (stand_in := _stand_in_chat_model(model_config, stage_dir)) is not None:
+        model = model_config = stand_in
+    router = base["stage"].search.router if base["stage"].search.backend == "router" else None
+    package = stage_package(base["stage"].stage)
+    data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package)
+    scale = {
+        **CPU_SCALE,
+        "rollout.n_samples_per_prompt": n,
+        "rollout.batch_size": prompts,
+        "train.batch_size": prompts * n,
+        # Micro-batches no larger than the rehearsal's few episodes (OpenRLHF refuses fewer batches than actors).
+        **{
+            key: min(int(base["stage"].openrlhf.get(key) or 1), prompts * n)
+            for key in ("rollout.micro_batch_size", "train.micro_batch_size")
+        },
+        "data.prompt_dataset": str(data),
+        "ckpt.output_dir": str(stage_dir / "final"),
+        "ckpt.path": str(stage_dir / "ckpt"),
+        "logger.tensorboard_dir": str(stage_dir / "tensorboard"),
+    }
+    local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
+    return model, local, router, recordings
+
+
+def start_servers(
+    stage_name: str, model: str | None, overrides: list[str], local: list[str], router: Any, stage_dir: Path,
+    started: list[Any],
+) -> None:  # fmt: skip
+    """What the episodes talk to, on loopback, unless healthy servers are already named: a routing stage's LLM pool,
+    the retrieval server over the rehearsal index and a reward server on the stage's resolved config. Their URLs
+    join `local`, the processes `started`."""
+    if router is not None:
+        # A routing stage's pool on loopback: canned answers to the rehearsal's questions, its prices.
+        qa = [json.loads(line) for line in (stage_dir / "questions.jsonl").open(encoding="utf-8")]
+        pool_proc, pool_url = start_loopback(router, qa, stage_dir)
+        started.append(pool_proc)
+        models = [m.model_dump() for m in repoint(router, pool_url).models]
+        local.append(f"search.router.models={json.dumps(models)}")
+        print(f"[rehearse] loopback LLM pool {pool_url} ({', '.join(m['name'] for m in models)})", flush=True)
+    if _healthy_servers(stage_name, model, [*local, *overrides]):
+        return
+    if router is None:
+        print("[rehearse] the rehearsal index (mini corpus + fictional people), built once", flush=True)
+        index = rehearsal_index(REHEARSAL_DIR)
+        port = free_port()
+        started.append(
+            start_module("search_backend.serve", ["--index", str(index)], port, stage_dir / "retrieval.log", 180)
+        )
+        local.append(f"search.urls=http://127.0.0.1:{port}")
+        print(f"[rehearse] retrieval server :{port} (rehearsal index)", flush=True)
+    reward_port = free_port()
+    spec_file = stage_dir / "stage.json"
+    spec_file.write_text(plan_stage(stage_name, model, [*local, *overrides])["stage"].model_dump_json())
+    started.append(
+        start_module("reward_server", ["--resolved", str(spec_file)], reward_port, stage_dir / "reward.log")
+    )
+    local.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
+    print(f"[rehearse] reward server :{reward_port}", flush=True)
+
+
+def submit(head: RayHead, env: dict[str, Any], plan: dict[str, Any], episodes: int, recordings: Path, stage_dir: Path):
+    """`ray job submit` of the rollout job, as a real submit uploads it plus the rehearsal code the job runs;
+    returns the job's result line and the submit's exit."""
+    cmd = [
+        str(Path(sys.executable).parent / "ray"),
+        "job",
+        "submit",
+        "--address",
+        head.address,
+        "--runtime-env-json",
+        # The real submit's upload, plus the rehearsal code its job runs (searchrl.rehearsal.job).
+        json.dumps(with_rehearsal_code(env)),
+        "--",
+        "python3",
+        "-m",
+        "searchrl.rehearsal.job",
+        "--episodes",
+        str(episodes),
+        "--recordings",
+        str(recordings),
+        "--",
+        *plan["train_args"],
+    ]
+    job_log = stage_dir / "job.log"
+    print(f"[rehearse] ray job submit ... -- python3 -m searchrl.rehearsal.job (log {job_log})", flush=True)
+    with job_log.open("w", encoding="utf-8") as log:
+        done = subprocess.run(cmd, cwd=ROOT, env=head.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    lines = job_log.read_text(encoding="utf-8").splitlines()
+    found = [line.split(MARKER, 1)[1] for line in lines if MARKER in line]
+    if not found:
+        print("\n".join(lines[-60:]), file=sys.stderr)
+        raise RuntimeError(f"the job printed no result (ray job submit exited {done.returncode}); see {job_log}")
+    return json.loads(found[-1]), done.returncode
+
+
 def run(stage_name: str, model: str | None, overrides: list[str], episodes: int) -> int:
     """The episode rehearsal of a stage (the module docstring): the table, then one JSON line; 0 when every
     check held."""
@@ -141,106 +243,27 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
     if not (Path(sys.executable).parent / "ray").is_file():
         print("error: the rehearsal needs Ray 2.55 with its job server: pip install -e '.[dev]'", file=sys.stderr)
         return 3
-    work = REHEARSAL_DIR
-    stage_dir = work / stage
+    stage_dir = REHEARSAL_DIR / stage
     stage_dir.mkdir(parents=True, exist_ok=True)
     n = int(_override_value(overrides, "openrlhf.rollout.n_samples_per_prompt") or SAMPLES_PER_PROMPT)
-    prompts = max(1, math.ceil(episodes / n))
     started: list[Any] = []
     head: RayHead | None = None
     t0 = time.monotonic()
     try:
-        base = plan_stage(stage_name, model, ["init_from=null", *overrides])
-        model_config = str(base["stage"].model)
-        if model is None and (stand_in := _stand_in_chat_model(model_config, stage_dir)) is not None:
-            model = model_config = stand_in
-        router = base["stage"].search.router if base["stage"].search.backend == "router" else None
-        package = stage_package(base["stage"].stage)
-        data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package)
-        scale = {
-            **CPU_SCALE,
-            "rollout.n_samples_per_prompt": n,
-            "rollout.batch_size": prompts,
-            "train.batch_size": prompts * n,
-            # Micro-batches no larger than the rehearsal's few episodes (OpenRLHF refuses fewer batches than actors).
-            **{
-                key: min(int(base["stage"].openrlhf.get(key) or 1), prompts * n)
-                for key in ("rollout.micro_batch_size", "train.micro_batch_size")
-            },
-            "data.prompt_dataset": str(data),
-            "ckpt.output_dir": str(stage_dir / "final"),
-            "ckpt.path": str(stage_dir / "ckpt"),
-            "logger.tensorboard_dir": str(stage_dir / "tensorboard"),
-        }
-        local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
-        if router is not None:
-            # A routing stage's pool on loopback: canned answers to the rehearsal's questions, its prices.
-            qa = [json.loads(line) for line in (stage_dir / "questions.jsonl").open(encoding="utf-8")]
-            pool_proc, pool_url = start_loopback(router, qa, stage_dir)
-            started.append(pool_proc)
-            models = [m.model_dump() for m in repoint(router, pool_url).models]
-            local.append(f"search.router.models={json.dumps(models)}")
-            print(f"[rehearse] loopback LLM pool {pool_url} ({', '.join(m['name'] for m in models)})", flush=True)
-        if not _healthy_servers(stage_name, model, [*local, *overrides]):
-            if router is None:
-                print("[rehearse] the rehearsal index (mini corpus + fictional people), built once", flush=True)
-                index = rehearsal_index(work)
-                search_port = free_port()
-                started.append(
-                    start_module(
-                        "search_backend.serve", ["--index", str(index)], search_port, stage_dir / "retrieval.log", 180
-                    )
-                )
-                local.append(f"search.urls=http://127.0.0.1:{search_port}")
-                print(f"[rehearse] retrieval server :{search_port} (rehearsal index)", flush=True)
-            reward_port = free_port()
-            plan0 = plan_stage(stage_name, model, [*local, *overrides])
-            spec_file = stage_dir / "stage.json"
-            spec_file.write_text(plan0["stage"].model_dump_json())
-            started.append(
-                start_module("reward_server", ["--resolved", str(spec_file)], reward_port, stage_dir / "reward.log")
-            )
-            local.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
-            print(f"[rehearse] reward server :{reward_port}", flush=True)
+        prompts = max(1, math.ceil(episodes / n))
+        model, local, router, recordings = episode_overrides(
+            stage_name, stage, model, overrides, n, prompts, stage_dir
+        )
+        start_servers(stage_name, model, overrides, local, router, stage_dir, started)
         plan = plan_stage(stage_name, model, [*local, *overrides])
         env = runtime_env(plan)
         print(f"[rehearse] preflight for {plan['stage'].stage}:", flush=True)
-        checks = preflight.submission_checks(plan, env, work / "servers")
-        preflight_ok = preflight.report(checks)
+        preflight_ok = preflight.report(preflight.submission_checks(plan, env, REHEARSAL_DIR / "servers"))
         package = preflight.build_package(env, stage_dir / "package.zip")
         head = RayHead(stage_dir)
         head.wait()
         print(f"[rehearse] Ray head {head.address} (log {head.log})", flush=True)
-        cmd = [
-            str(Path(sys.executable).parent / "ray"),
-            "job",
-            "submit",
-            "--address",
-            head.address,
-            "--runtime-env-json",
-            # The real submit's upload, plus the rehearsal code its job runs (searchrl.rehearsal.job).
-            json.dumps(with_rehearsal_code(env)),
-            "--",
-            "python3",
-            "-m",
-            "searchrl.rehearsal.job",
-            "--episodes",
-            str(episodes),
-            "--recordings",
-            str(recordings),
-            "--",
-            *plan["train_args"],
-        ]
-        job_log = stage_dir / "job.log"
-        print(f"[rehearse] ray job submit ... -- python3 -m searchrl.rehearsal.job (log {job_log})", flush=True)
-        with job_log.open("w", encoding="utf-8") as log:
-            done = subprocess.run(cmd, cwd=ROOT, env=head.env, stdout=log, stderr=subprocess.STDOUT, text=True)
-        lines = job_log.read_text(encoding="utf-8").splitlines()
-        found = [line.split(MARKER, 1)[1] for line in lines if MARKER in line]
-        if not found:
-            print("\n".join(lines[-60:]), file=sys.stderr)
-            raise RuntimeError(f"the job printed no result (ray job submit exited {done.returncode}); see {job_log}")
-        job = json.loads(found[-1])
+        job, exit_code = submit(head, env, plan, episodes, recordings, stage_dir)
     except (ConfigError, ValueError, RuntimeError, TimeoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -250,41 +273,32 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
         for proc in started:
             stop(proc)
     print(_table(job["rows"]))
-    want_source = ["env_vars"]
     summary = {
         "stage": stage,
-        "episodes": job["episodes"],
-        "finished": job["finished"],
-        "budget_cut": job["budget_cut"],
-        "scored": job["scored"],
-        "mean_reward": job["mean_reward"],
-        "min_reward": job["min_reward"],
-        "extra_logs_keys_consistent": job["extra_logs_keys_consistent"],
-        "experience_batches_ok": job["experience_batches_ok"],
-        "train_micro_batches": job["train_micro_batches"],
+        **{key: job[key] for key in ("episodes", "finished", "budget_cut", "scored", "mean_reward", "min_reward")},
+        **{key: job[key] for key in ("extra_logs_keys_consistent", "experience_batches_ok", "train_micro_batches")},
         "package_mib": round(package.mib, 2),
         "package_files": len(package.files),
         "config_source": job["config_source"][0] if len(job["config_source"]) == 1 else job["config_source"],
         "preflight_ok": preflight_ok,
         "max_len": job["max_len"],
         "max_new_tokens": job["max_new_tokens"],
-        "ray_job_exit": done.returncode,
+        "ray_job_exit": exit_code,
         "seconds": round(time.monotonic() - t0, 1),
     }
     if job.get("experience_error"):
         summary["experience_error"] = job["experience_error"]
-    held = (
+    summary["ok"] = (
         job["episodes"] >= episodes
         and job["scored"] == job["episodes"]
         and job["extra_logs_keys_consistent"]
         and job["experience_batches_ok"]
-        and job["config_source"] == want_source
+        and job["config_source"] == ["env_vars"]
         and CONFIG_JSON_ENV in env["env_vars"]
         and package.bytes < preflight.RAY_PACKAGE_LIMIT
         and not package.data_files
         and preflight_ok
-        and done.returncode == 0
+        and exit_code == 0
     )
-    summary["ok"] = held
     print(json.dumps(summary))
-    return 0 if held else 1
+    return 0 if summary["ok"] else 1

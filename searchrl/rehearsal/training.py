@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +273,189 @@ def head_for(head: RayHead | None, work: Path, gpus: int) -> RayHead:
     return head
 
 
+@dataclass
+class TrainingRun:
+    """One training rehearsal as `train` sets it up: the stage, its folders, the policy it starts from and every
+    override with its reason."""
+
+    stage_name: str
+    stage: str
+    model: str | None
+    overrides: list[str]
+    steps: int
+    out: Path
+    work: Path
+    start: list[str]
+    cpu_and_run: list[Override]
+    pool: float
+    samples_per_step: int
+    servers: list[str] = field(default_factory=list)
+
+    @property
+    def final(self) -> Path:
+        return self.work / "final"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.work / "ckpt"
+
+    @property
+    def tb(self) -> Path:
+        return self.work / "tensorboard"
+
+    def plan(self, overrides: list[Override] | None = None, servers: bool = True) -> dict[str, Any]:
+        """The stage's plan with this run's policy, the user's overrides, the servers and the given overrides."""
+        flags = [
+            f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in (self.cpu_and_run if overrides is None else overrides)
+        ]
+        extra = [*self.servers, *flags] if servers else []
+        return plan_stage(self.stage_name, self.model, [*self.start, *self.overrides, *extra])
+
+
+def checked_request(
+    stage_name: str, steps: int, crash_after_step: int | None, out: Path | None, pretrain: Path | None
+) -> tuple[str, Path, Path | None]:
+    """The stage, the output folder and the policy folder of a request, or a ConfigError saying what to change."""
+    stage = STAGES[stage_name]
+    if crash_after_step is not None and not 1 <= crash_after_step < steps:
+        raise ConfigError(f"--crash-after-step {crash_after_step}: must be at least 1 and below --steps ({steps})")
+    if stage not in ("stage1_format", "stage2_answer"):
+        raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
+    out = (out or TRAIN_DIR).resolve()
+    pretrain = pretrain.resolve() if pretrain is not None else None
+    if pretrain is not None and not (pretrain / "config.json").is_file():
+        raise ConfigError(f"--pretrain {pretrain}: not a Hugging Face model folder (no config.json)")
+    if stage == "stage2_answer" and pretrain is None and (missing := previous_checkpoint_missing(out)):
+        where = "" if out == TRAIN_DIR.resolve() else f" --out {out}"
+        raise ConfigError(
+            f"stage 2 starts from stage 1's final checkpoint, and {missing}: run "
+            f"`searchrl stage rehearse stage1 --train --steps N{where}` first (or pass --pretrain PATH)"
+        )
+    return stage, out, pretrain
+
+
+def starting_policy(stage: str, out: Path, pretrain: Path | None) -> list[str]:
+    """The overrides that name the policy: stage 1 from the warm start, stage 2 from stage 1's final checkpoint
+    (through its resolved config, as a real stage 2 starts), either from --pretrain when given."""
+    if stage == "stage1_format" and pretrain is None:
+        pretrain = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True))
+    if pretrain is not None:
+        return [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
+    return [f"init_from={out / 'stage1_format.resolved.json'}"]
+
+
+def set_up(
+    stage_name: str,
+    stage: str,
+    model: str | None,
+    overrides: list[str],
+    steps: int,
+    out: Path,
+    pretrain: Path | None,
+    lr: float,
+    seed: int,
+    crash_after_step: int | None,
+) -> TrainingRun:
+    """The run's folders emptied, its prompts prepared, and the CPU's and the run's own overrides."""
+    work = out / stage
+    work.mkdir(parents=True, exist_ok=True)
+    _clean(work / "final", work / "ckpt", work / "tensorboard", work / "sync.jsonl", work / "resumed")
+    _clean(work / "crash_resume.sync.jsonl")
+    start = starting_policy(stage, out, pretrain)
+    base = plan_stage(stage_name, model, [*start, *overrides])
+    cpu = cpu_overrides(base["flags"], lr)
+    prompts_per_step = next(o.value for o in cpu if o.flag == "rollout.batch_size")
+    samples = next(o.value for o in cpu if o.flag == "rollout.n_samples_per_prompt")
+    pool = prompt_pool(base["flags"])
+    data = prepare_prompts(stage, str(base["stage"].model), round(steps * prompts_per_step * pool), work)
+    episodes = (
+        f"--steps {steps}: one pass over {steps} rollout batches"
+        if pool == 1
+        else f"--steps {steps} under dynamic filtering: one pass over {pool} x {steps} batches of prompts"
+    )
+    run = [
+        Override("data.prompt_dataset", str(data), "the rehearsal's questions, prepared by the stage's own script"),
+        Override("train.num_episodes", 1, episodes),
+        Override("ckpt.output_dir", str(work / "final"), "the rehearsal's own folders"),
+        Override("ckpt.path", str(work / "ckpt"), "the rehearsal's own folders"),
+        Override("logger.tensorboard_dir", str(work / "tensorboard"), "the rehearsal's own folders"),
+        Override("ckpt.save_steps", steps, "a DeepSpeed checkpoint at the last step, for the resume check")
+        if crash_after_step is None
+        else Override("ckpt.save_steps", 1, "a DeepSpeed checkpoint every step, for the crash check"),
+        Override("train.seed", seed, "--seed"),
+    ]
+    return TrainingRun(
+        stage_name, stage, model, overrides, steps, out, work, start, [*cpu, *run], pool, prompts_per_step * samples
+    )
+
+
+def start_servers(run: TrainingRun, search_url: str | None, search_latency_s: float, started: list[Any]) -> Path:
+    """A retrieval server over the rehearsal index (unless `search_url` serves one) and a reward server on the
+    run's resolved stage; their URLs join the run's overrides. Returns the reward server's score log."""
+    if search_url is None:
+        search_port = free_port()
+        serve_args = ["--index", str(rehearsal_index()), "--latency-s", str(search_latency_s)]
+        started.append(start_module("search_backend.serve", serve_args, search_port, run.work / "retrieval.log", 300))
+        search_url = f"http://127.0.0.1:{search_port}"
+    run.servers = [f"search.urls={search_url}"]
+    spec = run.work / "stage.json"
+    spec.write_text(run.plan()["stage"].model_dump_json(), encoding="utf-8")
+    reward_port = free_port()
+    scored_log = run.work / "scored.jsonl"
+    scored_log.unlink(missing_ok=True)
+    reward_args = ["--resolved", str(spec), "--log-jsonl", str(scored_log)]
+    started.append(start_module("reward_server", reward_args, reward_port, run.work / "reward.log"))
+    run.servers.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
+    return scored_log
+
+
+def crash_check(
+    run: TrainingRun, head: RayHead, label: str, crash_after_step: int, killed: list[str]
+) -> tuple[int, dict[str, Any], Path, Path]:
+    """After the job was killed mid-step: resubmit it from the last DeepSpeed checkpoint and read whether every step
+    was logged once. Returns the resubmission's exit code, the check, and its sync log and job log."""
+    # The submit client may lose the log stream and exit 0 before the job is marked failed: what was killed says
+    # whether the kill landed.
+    if not killed:
+        raise RuntimeError(f"the job finished before its kill after step {crash_after_step}: use more --steps")
+    again = [*run.cpu_and_run, Override("ckpt.load_enable", True, "resubmitted after the kill")]
+    print(f"[{label}] resubmitting after the kill, from the last DeepSpeed checkpoint", flush=True)
+    # Its own sync log: the killed engines' last digests are of step K's weights, not the final ones.
+    sync_log, job_log = run.work / "crash_resume.sync.jsonl", run.work / "crash_resume.log"
+    env = runtime_env_with_cpu_layer(runtime_env(plan := run.plan(again)), again, sync_log)
+    code = run_job(head, env, plan["train_args"], job_log, label)
+    before, after = logged_steps(run.work / "job.log"), logged_steps(job_log)
+    board = sorted(step for tag, step, _ in train_scalars(run.tb) if tag == "reward")
+    crash = {
+        "killed_after_step": crash_after_step,
+        "killed": killed,
+        "steps_before_kill": before,
+        "steps_after_resubmit": after,
+        "tensorboard_steps": board,
+        "no_step_twice": len(set(before + after)) == len(before + after) and len(set(board)) == len(board),
+        "all_steps": sorted(set(before + after)) == list(range(1, run.steps + 1)),
+    }
+    return code, crash, sync_log, job_log
+
+
+def resume_check(run: TrainingRun, head: RayHead, label: str, curves: dict[int, dict[str, float]]) -> bool:
+    """One more pass resumed from the DeepSpeed checkpoint, in folders of its own: it must log steps after the
+    first run's last."""
+    resumed_tb = run.work / "resumed/tensorboard"
+    more = [
+        Override("ckpt.load_enable", True, "resume from the DeepSpeed checkpoint"),
+        Override("train.num_episodes", 2, "one more pass, after the resumed steps"),
+        Override("logger.tensorboard_dir", str(resumed_tb), "the resumed run's own curves"),
+        Override("ckpt.output_dir", str(run.work / "resumed/final"), "the resumed run's own final model"),
+    ]
+    again = [*run.cpu_and_run, *more]
+    env = runtime_env_with_cpu_layer(runtime_env(plan := run.plan(again)), again, run.work / "resumed/sync.jsonl")
+    print(f"[{label}] resuming from the DeepSpeed checkpoint (one more pass)", flush=True)
+    code = run_job(head, env, plan["train_args"], run.work / "resume.log", label)
+    after = step_curves(resumed_tb)
+    return code == 0 and bool(after) and min(after) > max(curves) and max(after) > max(curves)
+
+
 def train(
     stage_name: str,
     model: str | None,
@@ -300,144 +483,64 @@ def train(
     `crash_after_step` K: the crash check instead of the resume check. A checkpoint every step, the job killed
     with kill -9 in the middle of step K + 1, then submitted again with `ckpt.load_enable`: it must go on from
     step K's checkpoint to the last step, with no step logged twice."""
-    stage = STAGES[stage_name]
-    if crash_after_step is not None and not 1 <= crash_after_step < steps:
-        raise ConfigError(f"--crash-after-step {crash_after_step}: must be at least 1 and below --steps ({steps})")
-    if stage not in ("stage1_format", "stage2_answer"):
-        raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
-    out = (out or TRAIN_DIR).resolve()
-    pretrain = pretrain.resolve() if pretrain is not None else None
-    if pretrain is not None and not (pretrain / "config.json").is_file():
-        raise ConfigError(f"--pretrain {pretrain}: not a Hugging Face model folder (no config.json)")
-    work = out / stage
-    work.mkdir(parents=True, exist_ok=True)
-    final, ckpt, tb = work / "final", work / "ckpt", work / "tensorboard"
-    sync_log, resumed_tb, resumed_final = work / "sync.jsonl", work / "resumed/tensorboard", work / "resumed/final"
+    stage, out, pretrain = checked_request(stage_name, steps, crash_after_step, out, pretrain)
     t0 = time.monotonic()
-    if stage == "stage2_answer" and pretrain is None and (missing := previous_checkpoint_missing(out)):
-        where = "" if out == TRAIN_DIR.resolve() else f" --out {out}"
-        raise ConfigError(
-            f"stage 2 starts from stage 1's final checkpoint, and {missing}: run "
-            f"`searchrl stage rehearse stage1 --train --steps N{where}` first (or pass --pretrain PATH)"
-        )
-    _clean(final, ckpt, tb, sync_log, work / "resumed", work / "crash_resume.sync.jsonl")
-    search_url_given = search_url
-    index = rehearsal_index()
-    start: list[str] = []
-    if stage == "stage1_format":
-        policy = pretrain or ensure_warm_start(index, log=lambda m: print(m, flush=True))
-        start = [f"openrlhf.actor.model_name_or_path={policy}", "init_from=null"]
-    elif pretrain is not None:
-        start = [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
-    else:
-        start = [f"init_from={out / 'stage1_format.resolved.json'}"]
-    base = plan_stage(stage_name, model, [*start, *overrides])
-    cpu = cpu_overrides(base["flags"], lr)
-    prompts_per_step = next(o.value for o in cpu if o.flag == "rollout.batch_size")
-    pool = prompt_pool(base["flags"])
-    data = prepare_prompts(stage, str(base["stage"].model), round(steps * prompts_per_step * pool), work)
-    episodes = (
-        f"--steps {steps}: one pass over {steps} rollout batches"
-        if pool == 1
-        else f"--steps {steps} under dynamic filtering: one pass over {pool} x {steps} batches of prompts"
-    )
-    run = [
-        Override("data.prompt_dataset", str(data), "the rehearsal's questions, prepared by the stage's own script"),
-        Override("train.num_episodes", 1, episodes),
-        Override("ckpt.output_dir", str(final), "the rehearsal's own folders"),
-        Override("ckpt.path", str(ckpt), "the rehearsal's own folders"),
-        Override("logger.tensorboard_dir", str(tb), "the rehearsal's own folders"),
-        Override("ckpt.save_steps", steps, "a DeepSpeed checkpoint at the last step, for the resume check")
-        if crash_after_step is None
-        else Override("ckpt.save_steps", 1, "a DeepSpeed checkpoint every step, for the crash check"),
-        Override("train.seed", seed, "--seed"),
-    ]
-    all_overrides = [*cpu, *run]
-    flags = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in all_overrides]
+    run = set_up(stage_name, stage, model, overrides, steps, out, pretrain, lr, seed, crash_after_step)
     started: list[Any] = []
     own_head = head is None
     try:
-        if search_url is None:
-            search_port = free_port()
-            serve_args = ["--index", str(index), "--latency-s", str(search_latency_s)]
-            started.append(start_module("search_backend.serve", serve_args, search_port, work / "retrieval.log", 300))
-            search_url = f"http://127.0.0.1:{search_port}"
-        servers = [f"search.urls={search_url}"]
-        plan0 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags])
-        spec = work / "stage.json"
-        spec.write_text(plan0["stage"].model_dump_json(), encoding="utf-8")
-        reward_port = free_port()
-        scored_log = work / "scored.jsonl"
-        scored_log.unlink(missing_ok=True)
-        reward_args = ["--resolved", str(spec), "--log-jsonl", str(scored_log)]
-        started.append(start_module("reward_server", reward_args, reward_port, work / "reward.log"))
-        servers.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
-        plan = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags])
+        scored_log = start_servers(run, search_url, search_latency_s, started)
+        plan = run.plan()
         if stage == "stage1_format":
             (out / "stage1_format.resolved.json").write_text(plan["stage"].model_dump_json(indent=1), encoding="utf-8")
-        for o in all_overrides:
+        for o in run.cpu_and_run:
             print(f"[override] {o.flag}={o.value!r}: {o.reason}", flush=True)
-        env = runtime_env_with_cpu_layer(runtime_env(plan), all_overrides, sync_log)
-        head = head_for(head, work, gpus_needed(plan["flags"]))
+        sync_log = run.work / "sync.jsonl"
+        env = runtime_env_with_cpu_layer(runtime_env(plan), run.cpu_and_run, sync_log)
+        head = head_for(head, run.work, gpus_needed(plan["flags"]))
         head.wait()
         launch = f"python3 -m searchrl.rehearsal.cpu.launch {ENTRY}"
-        print(f"[{label}] ray job submit ... -- {launch} (log {work / 'job.log'})", flush=True)
+        print(f"[{label}] ray job submit ... -- {launch} (log {run.work / 'job.log'})", flush=True)
         killed: list[str] = []
-        job_log = work / "job.log"  # the log of the run that made the final checkpoint
+        job_log = run.work / "job.log"  # the log of the run that made the final checkpoint
         code = run_job(head, env, plan["train_args"], job_log, label, crash_after_step, killed)
         crash = None
         if crash_after_step is not None:
-            # The submit client may lose the log stream and exit 0 before the job is marked failed: what was
-            # killed says whether the kill landed.
-            if not killed:
-                raise RuntimeError(f"the job finished before its kill after step {crash_after_step}: use more --steps")
-            again = [*all_overrides, Override("ckpt.load_enable", True, "resubmitted after the kill")]
-            flags2 = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in again]
-            plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
-            print(f"[{label}] resubmitting after the kill, from the last DeepSpeed checkpoint", flush=True)
-            # Its own sync log: the killed engines' last digests are of step K's weights, not the final ones.
-            sync_log, job_log = work / "crash_resume.sync.jsonl", work / "crash_resume.log"
-            env2 = runtime_env_with_cpu_layer(runtime_env(plan2), again, sync_log)
-            code = run_job(head, env2, plan2["train_args"], job_log, label)
-            before, after = logged_steps(work / "job.log"), logged_steps(job_log)
-            board = sorted(step for tag, step, _ in train_scalars(tb) if tag == "reward")
-            crash = {
-                "killed_after_step": crash_after_step,
-                "killed": killed,
-                "steps_before_kill": before,
-                "steps_after_resubmit": after,
-                "tensorboard_steps": board,
-                "no_step_twice": len(set(before + after)) == len(before + after) and len(set(board)) == len(board),
-                "all_steps": sorted(set(before + after)) == list(range(1, steps + 1)),
-            }
-        curves = step_curves(tb)
-        if code != 0 or not (final / "config.json").is_file():
+            code, crash, sync_log, job_log = crash_check(run, head, label, crash_after_step, killed)
+        curves = step_curves(run.tb)
+        if code != 0 or not (run.final / "config.json").is_file():
             tail = "\n".join(job_log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
             raise RuntimeError(f"the training job failed (exit {code}); see {job_log}\n{tail}")
-        train_steps = optimizer_steps(ckpt / "_actor")  # before the resumed run adds its own
+        train_steps = optimizer_steps(run.ckpt / "_actor")  # before the resumed run adds its own
         resumed = None
         if crash is not None:
             resumed = code == 0 and crash["no_step_twice"] and crash["all_steps"]
         elif resume:
-            more = [
-                Override("ckpt.load_enable", True, "resume from the DeepSpeed checkpoint"),
-                Override("train.num_episodes", 2, "one more pass, after the resumed steps"),
-                Override("logger.tensorboard_dir", str(resumed_tb), "the resumed run's own curves"),
-                Override("ckpt.output_dir", str(resumed_final), "the resumed run's own final model"),
-            ]
-            again = [*all_overrides, *more]
-            flags2 = [f"openrlhf.{o.flag}={json.dumps(o.value)}" for o in again]
-            plan2 = plan_stage(stage_name, model, [*start, *overrides, *servers, *flags2])
-            env2 = runtime_env_with_cpu_layer(runtime_env(plan2), again, work / "resumed/sync.jsonl")
-            print(f"[{label}] resuming from the DeepSpeed checkpoint (one more pass)", flush=True)
-            code2 = run_job(head, env2, plan2["train_args"], work / "resume.log", label)
-            after = step_curves(resumed_tb)
-            resumed = code2 == 0 and bool(after) and min(after) > max(curves) and max(after) > max(curves)
+            resumed = resume_check(run, head, label, curves)
     finally:
         if own_head and head is not None:
             head.stop()
         for proc in started:
             stop(proc)
+    return {
+        **summary_record(run, plan, curves, sync_log, scored_log, search_url is None, search_latency_s),
+        "train_steps": train_steps,
+        "resumed": resumed,
+        "crash": crash,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+
+
+def summary_record(
+    run: TrainingRun,
+    plan: dict[str, Any],
+    curves: dict[int, dict[str, float]],
+    sync_log: Path,
+    scored_log: Path,
+    own_search: bool,
+    search_latency_s: float,
+) -> dict[str, Any]:
+    """What the run's logs, checkpoints and monitors say, read after it finished (see the module docstring)."""
     switch = None
     if plan["previous"] is not None:
         # What `--when-ready` reads on GPUs before it hands stage 1's checkpoint to stage 2: reported here.
@@ -445,43 +548,64 @@ def train(
         switch["checkpoint_written"] = (Path(str(plan["policy"])) / "config.json").is_file()
     engines = last_syncs(sync_log)
     synced = [e["digest"] for e in engines]
-    saved = saved_digest(final)
+    saved = saved_digest(run.final)
     rewards = [c["reward"] for c in curves.values() if "reward" in c]
     keys = {tuple(sorted(k for k in c if not k.startswith(("timing/", "rollout/")))) for c in curves.values()}
+    # Under dynamic filtering a step scores more samples than it trains on: the log cannot be split into steps.
+    served = served_rewards(scored_log, run.samples_per_step, run.steps) if run.pool == 1 else []
+    job_log = run.work / "job.log"
     return {
-        "stage": stage,
+        "stage": run.stage,
         "entry": ENTRY,
         "async": bool(plan["flags"].get("train.async_enable")),
         "partial_rollout": bool(plan["flags"].get("train.partial_rollout_enable")),
-        "trainer": trainer_class(work / "job.log"),
+        "trainer": trainer_class(job_log),
         "engine_pauses": sum(e.get("pauses", 0) for e in engines),
         "requests_across_syncs": sum(e.get("across_syncs", 0) for e in engines),
         "steps": len(curves),
-        "step_clock": step_clock(work / "job.log"),
-        "search_latency_s": search_latency_s if search_url_given is None else None,
-        "prompt_pool": pool,
-        "train_steps": train_steps,
+        "step_clock": step_clock(job_log),
+        "search_latency_s": search_latency_s if own_search else None,
+        "prompt_pool": run.pool,
         "pretrain": str(plan["policy"]),
         "pretrain_source": plan["policy_source"],
-        "hf_checkpoint": str(final),
-        "ds_checkpoint": str(ckpt / "_actor"),
+        "hf_checkpoint": str(run.final),
+        "ds_checkpoint": str(run.ckpt / "_actor"),
         "weights_synced_equal_saved": bool(synced) and all(d == saved for d in synced),
-        "resumed": resumed,
-        "crash": crash,
         "extra_logs_keys_consistent": len(keys) == 1,
         "extra_logs_keys": sorted({k for step_keys in keys for k in step_keys}),
         "scoring": scoring_record(scored_log),
         "readings": monitor_readings(plan["stage"]),
+        # OpenRLHF's logged `reward` (the agent's: the server's plus any agent-side term), and what the reward
+        # server itself scored over the first and the last step's batch.
         "mean_reward_first": rewards[0] if rewards else None,
         "mean_reward_last": rewards[-1] if rewards else None,
+        "server_reward_first": served[0]["reward"] if served else None,
+        "server_reward_last": served[-1]["reward"] if served else None,
+        "server_format_ok_first": served[0]["format_ok"] if served else None,
+        "server_format_ok_last": served[-1]["format_ok"] if served else None,
         "score_first": next(iter(curves.values())).get("score") if curves else None,
         "score_last": curves[max(curves)].get("score") if curves else None,
-        "overrides": [asdict(o) for o in all_overrides],
+        "overrides": [asdict(o) for o in run.cpu_and_run],
         "switch": switch,
-        "tensorboard": str(tb),
+        "tensorboard": str(run.tb),
         "curves": {str(k): v for k, v in curves.items()},
-        "seconds": round(time.monotonic() - t0, 1),
     }
+
+
+def served_rewards(log: Path, per_step: int, steps: int) -> list[dict[str, float]]:
+    """The reward server's mean reward and format rate (no rule broken) over each step's batch: the score log's
+    first `steps` runs of `per_step` samples, in the order they were scored (each step generates its whole batch
+    before the next; a resumed run appends after them)."""
+    rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.is_file() else []
+    chunks = [rows[i * per_step : (i + 1) * per_step] for i in range(steps)]
+    return [
+        {
+            "reward": sum(r["reward"] for r in c) / per_step,
+            "format_ok": sum(r["logs"].get("format_ok", 0.0) for r in c) / per_step,
+        }
+        for c in chunks
+        if len(c) == per_step
+    ]
 
 
 def scoring_record(log: Path) -> dict[str, Any]:
