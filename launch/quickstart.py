@@ -47,7 +47,7 @@ from searchrl.stage.templates import render_prompt  # noqa: E402
 STAGE1 = CONFIGS / "stages/stage1_format.yaml"
 # The stages' lengths in the quickstart, short enough for six minutes end to end on 2 cores: in the learning
 # benchmark stage 1's training batches searched well-formed in 0.78-0.83 of episodes by step 4, and stage 2's EM
-# on them was 0.91-0.95 by step 3, on every seed (docs/TRAINING.md, "What the tiny policy learns").
+# on them was 0.91-0.95 by step 3, on every seed (docs/REHEARSAL.md, "What the tiny policy learns").
 QUICKSTART_STAGE1_STEPS = 4
 QUICKSTART_STAGE2_STEPS = 3
 MINI_CORPUS = EXAMPLES / "mini_corpus.jsonl"

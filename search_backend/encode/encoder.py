@@ -25,7 +25,7 @@ PROBE = [
     "the physicist who won the 1921 Nobel Prize and the theory he is best known for, explained in full",
 ]
 # fp32 ONNX vectors must equal PyTorch's to this (unit vectors: a cosine of at least 0.99999); int8's are opt-in and
-# only sanity-checked (their recall against fp32 is measured in docs/SEARCH.md).
+# only sanity-checked (their recall against fp32 is measured in docs/BENCHMARKS.md).
 ONNX_TOLERANCE = 1e-5
 # With PROBE, what the tokenizer called directly must turn into the same ids as sentence-transformers' preprocess
 # before a pass may skip it: a text past any model's length limit, so truncation is compared too.

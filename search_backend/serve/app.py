@@ -187,7 +187,7 @@ class SearchService:
     def _release_memory(self) -> None:
         # Encoding leaves freed activations in the allocator's per-thread arenas; without this the resident
         # size ratchets up to the largest batch's peak and stays there. Only once the server is idle: under
-        # load the next batch faulted the same pages back in (8-13% of requests/s at concurrency 64, docs/SEARCH.md).
+        # load the next batch faulted the same pages back in (8-13% of requests/s at 64 callers, docs/BENCHMARKS.md).
         self._release = None
         self._large_since_release = False
         release_freed_memory()

@@ -48,7 +48,7 @@ class MicroBatcher:
     half of them: the callers fall into two halves, and the event loop writes one half's answers and reads its
     next requests while the encoder works through the other half. That paid when each batch was one forward
     pass; with the encoder's shortest-first chunks whole batches measured faster, so 0 (never split) is the
-    default (docs/SEARCH.md has the measurements). A batch also holds at
+    default (docs/BENCHMARKS.md, "Retrieval server", has the measurements). A batch also holds at
     most `max_batch_chars` characters of queries (at least one query), which bounds the encoder's
     activation memory when queries are long. Requests with different
     top_k run as separate calls so each gets exactly what it would get alone. When a call fails and
@@ -110,7 +110,7 @@ class MicroBatcher:
     def _batch_room(self) -> int:
         """Queries the next batch may take, set when the encoder frees: half of those in flight once they are
         at least 2 * split_min from at least two callers, else max_batch. With one forward pass per batch, halves
-        of 8 measured slower than whole batches of 16 and halves of 16 and 32 faster (docs/SEARCH.md). One
+        of 8 measured slower than whole batches of 16 and halves of 16 and 32 faster (docs/BENCHMARKS.md). One
         caller's request gains nothing: it is answered only once all of it is done."""
         requests, queries = self._queued()
         in_flight = queries + self._last_queries
