@@ -190,6 +190,8 @@ def _score_batch(req: RewardRequest, golds: list[list[str]], spec: RewardSpec) -
                 solution = split_solution(text, req.prompts[i])
             except ValueError:
                 raise RequestError(f"prompts.{i}", "not found inside query; send the prompt the policy saw") from None
+        if spec.search_r1:
+            solution = text  # Search-R1 scores the whole decoded sequence, its instruction's tags included
         metadata = req.metadata[i] if req.metadata is not None else None
         results.append(score_solution(solution, golds[i], spec, metadata))
     return results

@@ -164,3 +164,15 @@ def _json_list(text: str) -> list[str]:
             f"{type(decoded[odd]).__name__}; every gold answer must be a string: quote it"
         )
     return decoded
+
+
+def squad_normalize(text: str) -> str:
+    """SQuAD's answer normalisation, which Search-R1's and Router-R1's rewards use: lower case, punctuation deleted
+    (where normalize_answer turns it into spaces), articles dropped, white space collapsed."""
+    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def squad_em(answer: str, golds: Sequence[str]) -> float:
+    """1.0 when the answer equals a gold answer after SQuAD normalisation."""
+    return float(squad_normalize(answer) in {squad_normalize(g) for g in golds})

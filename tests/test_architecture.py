@@ -29,6 +29,7 @@ LAYERS = (
     "searchrl.rehearsal.cpu",
     # The libraries: the search interface, the reward, the search backends, routing, the stage and the episode.
     "searchrl.search",
+    "searchrl.protocols",
     "searchrl.reward",
     "search_backend",
     "searchrl.routing",

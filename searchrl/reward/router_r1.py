@@ -20,13 +20,14 @@ turned into spaces as R1-Searcher's metrics do), EM or token F1 over the golds.
 from __future__ import annotations
 
 import re
-import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from searchrl.metrics import squad_em as exact_match
+from searchrl.metrics import squad_normalize
 from searchrl.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -108,20 +109,10 @@ def violation(text: str, unknown_models: int = 0) -> str | None:
     return None
 
 
-def normalize(text: str) -> str:
-    """SQuAD's answer normalisation: lower case, punctuation deleted, articles dropped, white space collapsed."""
-    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
-    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
-
-
-def exact_match(answer: str, golds: Sequence[str]) -> float:
-    return float(normalize(answer) in {normalize(g) for g in golds})
-
-
 def f1(answer: str, golds: Sequence[str]) -> float:
-    pred = normalize(answer)
+    pred = squad_normalize(answer)
     best = 0.0
-    for gold in map(normalize, golds):
+    for gold in map(squad_normalize, golds):
         if (pred in ("yes", "no", "noanswer") or gold in ("yes", "no", "noanswer")) and pred != gold:
             continue
         same = sum((Counter(pred.split()) & Counter(gold.split())).values())

@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from searchrl.metrics import all_metrics
+from searchrl.metrics import all_metrics, squad_em
 from searchrl.protocol import parse_solution
+from searchrl.protocols.search_r1 import final_answer, format_problem
+from searchrl.reward import search_r1
 from searchrl.reward.components import answer_score, format_valid, format_violated, search_well_formed
 from searchrl.reward.format_rules import context_from_metadata, find_violations
 from searchrl.reward.router_r1 import score_router_r1
@@ -31,11 +33,32 @@ def correctness(spec: RewardSpec, answer: float, searched: float, formatted: flo
     return searched * formatted
 
 
+def score_search_r1(sequence: str, golds: Sequence[str], spec: RewardSpec) -> SampleScore:
+    """Search-R1's reward of the whole decoded sequence (prompt included), with what it read logged."""
+    if spec.formula == "search_r1_em":
+        reward = search_r1.em(sequence, golds, spec.format_score)
+    else:
+        reward = search_r1.em_format(
+            sequence, golds, spec.structure_format_score, spec.final_format_score, spec.retrieval_score
+        )
+    answer = final_answer(sequence)
+    em = squad_em(answer, golds) if answer is not None else 0.0
+    logs = {
+        "em": em,
+        "has_answer": float(answer is not None),
+        "format_ok": float(format_problem(sequence) is None),
+        "retrieval_gold": float(search_r1.retrieval_holds_gold(sequence, golds)),
+    }
+    return SampleScore(reward=reward, score=em, logs=logs)
+
+
 def score_solution(
     solution: str, golds: Sequence[str], spec: RewardSpec, metadata: Mapping[str, Any] | None = None
 ) -> SampleScore:
     if spec.formula == "router_r1":
         return SampleScore(*score_router_r1(solution, golds, spec, metadata))
+    if spec.search_r1:
+        return score_search_r1(solution, golds, spec)
     parsed = parse_solution(solution.strip())
     violations = find_violations(
         parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk, spec.role_leakage_scope)

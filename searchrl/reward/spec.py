@@ -38,8 +38,10 @@ FORMAT_RULES = tuple(name for name in RULES if name != "tag_counts")
 class RewardSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    formula: Literal["searchrl", "router_r1"] = Field(
-        "searchrl", description="searchrl: the weighted components below; router_r1: Router-R1's reward"
+    formula: Literal["searchrl", "router_r1", "search_r1_em", "search_r1_em_format"] = Field(
+        "searchrl",
+        description="searchrl: the weighted components below; router_r1: Router-R1's reward; search_r1_em, "
+        "search_r1_em_format: Search-R1's qa_em and v0.3 qa_em_format rewards on the whole decoded sequence",
     )
     allow_cover_em: bool = Field(False, description="let answer_metric be cem (only to reproduce R1-Searcher)")
     answer_metric: Literal["em", "f1", "cem"] = "em"
@@ -80,6 +82,12 @@ class RewardSpec(BaseModel):
         "largest recent cost on every episode (measured in benchmarks/router_cost.py)",
     )
 
+    # Search-R1's own names and defaults (its compute_score_em arguments): formulas search_r1_em* only.
+    format_score: float = Field(0.0, description="search_r1_em*: paid for an extracted answer that is wrong")
+    structure_format_score: float = Field(0.0, description="search_r1_em_format: paid when the v0.3 format holds")
+    final_format_score: float = Field(0.0, description="search_r1_em_format: a wrong answer outside the format")
+    retrieval_score: float = Field(0.0, description="search_r1_em_format: added when a document holds a gold")
+
     @field_validator("answer_metric")
     @classmethod
     def _cover_em_is_for_evaluation(cls, metric: str, info: ValidationInfo) -> str:
@@ -103,24 +111,51 @@ class RewardSpec(BaseModel):
 
     @model_validator(mode="after")
     def _formula_keys(self) -> RewardSpec:
+        fields = type(self).model_fields
+
+        def changed(keys: tuple[str, ...]) -> list[str]:
+            return [k for k in keys if getattr(self, k) != fields[k].get_default(call_default_factory=True)]
+
+        if unused := changed(SEARCH_R1_ONLY) if not self.search_r1 else []:
+            raise ValueError(
+                f"{', '.join(unused)}: Search-R1's reward scores only; set `formula: search_r1_em_format`"
+            )
         if self.formula == "searchrl":
             if self.cost_weight > 0 or self.cost_shape != "router_r1":
                 raise ValueError(
                     "cost_weight, cost_shape: the cost terms are the routing stage's; set `formula: router_r1`"
                 )
             return self
+        if self.search_r1:
+            unused = changed((*SEARCHRL_ONLY, "answer_metric", "cost_weight", "cost_shape"))
+            if self.formula == "search_r1_em":
+                unused += changed(("structure_format_score", "final_format_score", "retrieval_score"))
+            if unused:
+                raise ValueError(f"{', '.join(unused)}: not used by formula {self.formula} (Search-R1's own reward)")
+            return self
         if self.answer_metric == "cem":
             raise ValueError("answer_metric: formula router_r1 takes em or f1, as Router-R1's reward_metric")
-        fields = type(self).model_fields
-        unused = [k for k in SEARCHRL_ONLY if getattr(self, k) != fields[k].get_default(call_default_factory=True)]
-        if unused:
+        if unused := changed(SEARCHRL_ONLY):
             raise ValueError(f"{', '.join(unused)}: not used by formula router_r1 (a violation gives -1 there)")
         return self
+
+    @property
+    def search_r1(self) -> bool:
+        """Search-R1's rewards: they read the whole decoded sequence, prompt included, in Search-R1's tags."""
+        return self.formula in ("search_r1_em", "search_r1_em_format")
 
     def weights(self) -> dict[str, float]:
         """Every component by name with its weight (the violation penalty counts negative)."""
         if self.formula == "router_r1":
             return {"answer": 1.0 - self.cost_weight, "violation": -1.0, "cost": self.cost_weight}
+        if self.search_r1:
+            return {
+                "answer": 1.0,
+                "format": self.format_score,
+                "structure_format": self.structure_format_score,
+                "final_format": self.final_format_score,
+                "retrieval": self.retrieval_score,
+            }
         return {
             "answer": self.answer_weight,
             "search": self.search_weight,
@@ -145,6 +180,10 @@ class RewardSpec(BaseModel):
         """The lowest and highest reward the reward server gives (the agent's group-level terms aside)."""
         if self.formula == "router_r1":
             return -1.0, 1.0 - self.cost_weight if self.cost_shape == "router_r1" else 1.0
+        if self.search_r1:
+            paid = [0.0, 1.0, self.format_score, 1.0 - self.structure_format_score, self.final_format_score]
+            paid.append(self.structure_format_score + max(0.0, self.retrieval_score))
+            return min(paid), max(paid)
         answer = sorted((self.answer_bias, self.answer_weight + self.answer_bias))
         bonuses = [self.search_weight, self.format_weight]
         low = answer[0] + sum(min(0.0, w) for w in bonuses) - (self.violation_penalty if self.penalty_rules else 0.0)
@@ -174,7 +213,12 @@ COMPONENT_OF_KEY = {
     "cost_weight": "cost",
     "cost_window": "cost",
     "cost_shape": "cost",
+    "format_score": "format (Search-R1)",
+    "structure_format_score": "format (Search-R1)",
+    "final_format_score": "format (Search-R1)",
+    "retrieval_score": "retrieval (Search-R1)",
 }
+SEARCH_R1_ONLY = ("format_score", "structure_format_score", "final_format_score", "retrieval_score")
 
 # The keys formula router_r1 leaves alone: set to anything but their defaults, they would be ignored silently.
 SEARCHRL_ONLY = (
@@ -201,6 +245,12 @@ PRESETS: dict[str, RewardSpec] = {
     "stage2-answer": STAGE2_ANSWER,
     # Router-R1's train.sh: reward_metric em, cost_coe 0.0 (its main_ppo.py window of 1,000 episodes).
     "router_r1": RewardSpec(formula="router_r1"),
+    # Search-R1's rewards, with the values its scripts train with: v0.1-v0.2 (train_ppo.sh, train_grpo.sh) pay EM
+    # alone; v0.3 (train_*_format.sh) adds the structure and final format scores, retrieval score 0.
+    "search-r1-em": RewardSpec(formula="search_r1_em"),
+    "search-r1-em-format": RewardSpec(
+        formula="search_r1_em_format", structure_format_score=0.2, final_format_score=0.1, retrieval_score=0.0
+    ),
     # train/reward_server_qwen_zero.py: F1, minus 2 on any format violation.
     "r1searcher-qwen-stage2": RewardSpec(answer_metric="f1", violation_penalty=2.0, role_leakage_scope="solution"),
     # train/reward_server_llama_stage1.py: cover-EM as +1/-1, +0.5 for searching, +0.5 for think/answer.

@@ -163,6 +163,18 @@ class StageConfig(Strict):
     def _flag_names(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
         return flag_names_without_dashes(flags)
 
+    @field_validator("reward")
+    @classmethod
+    def _one_protocol(cls, reward: RewardSpec) -> RewardSpec:
+        # A run speaks one tag protocol: the agent writes R1-Searcher's, and Search-R1's rewards read its own tags.
+        if reward.search_r1:
+            raise ValueError(
+                f"formula {reward.formula}: Search-R1's reward reads Search-R1's tags, and a stage's agent speaks "
+                "R1-Searcher's protocol; serve it for a Search-R1 run with `searchrl reward serve --preset "
+                "search-r1-em` (or search-r1-em-format)"
+            )
+        return reward
+
 
 def flag_names_without_dashes(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
     """OpenRLHF flags are kept under their own names without `--`, so the mapping to its CLI stays one-to-one."""
