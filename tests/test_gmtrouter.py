@@ -31,8 +31,10 @@ from tests.fakes_web import FakeControl, chat_app
 MARGIN = 0.03
 SEEN, NEW, SEED = 60, 25, 0
 # The paper's model, narrower, with every rated pair in each step and a higher learning rate, so that it
-# learns in 150 steps instead of 350.
-SMALL_HGT = TrainConfig(hidden=32, epochs=150, lr=2e-3, prediction_count=100_000, eval_every=10, seed=SEED)
+# learns in 250 steps instead of 350. Width 32 at 2e-3 for 150 steps sat on the edge of the jump where the user
+# states start to help: whether it got there flipped with float rounding alone (CPU kernels), and seeds 1 and 2
+# missed the margin; width 64 at 1e-3 for 250 steps clears it for seeds 0-2, rounding changed or not.
+SMALL_HGT = TrainConfig(hidden=64, epochs=250, lr=1e-3, prediction_count=100_000, eval_every=10, seed=SEED)
 
 
 def line(user_id="u1", **inter):
