@@ -87,10 +87,8 @@ def format_problem(sequence: str) -> str | None:
             if (state, part) not in _NEXT:
                 return f"Unexpected tag {part} in state {state}"
             state = _NEXT[(state, part)]
+        elif state == "end":
+            return "Unexpected content in state end"
         elif state not in _INSIDE:
-            return (
-                f"Unexpected content '{part.strip()}' between tags (state: {state})"
-                if state != "end"
-                else (f"Unexpected content in state {state}")
-            )
+            return f"Unexpected content '{part.strip()}' between tags (state: {state})"
     return None if state == "end" else f"Incomplete sequence, ended in state {state}"

@@ -6,9 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from searchrl.metrics import all_metrics, squad_em
+from searchrl.metrics import all_metrics
 from searchrl.protocol import parse_solution
-from searchrl.protocols.search_r1 import final_answer, format_problem
 from searchrl.reward import search_r1
 from searchrl.reward.components import answer_score, format_valid, format_violated, search_well_formed
 from searchrl.reward.format_rules import context_from_metadata, find_violations
@@ -35,21 +34,20 @@ def correctness(spec: RewardSpec, answer: float, searched: float, formatted: flo
 
 def score_search_r1(sequence: str, golds: Sequence[str], spec: RewardSpec) -> SampleScore:
     """Search-R1's reward of the whole decoded sequence (prompt included), with what it read logged."""
+    r = search_r1.read(sequence, golds)
     if spec.formula == "search_r1_em":
-        reward = search_r1.em(sequence, golds, spec.format_score)
+        reward = search_r1.paid_em(r, spec.format_score)
     else:
-        reward = search_r1.em_format(
-            sequence, golds, spec.structure_format_score, spec.final_format_score, spec.retrieval_score
+        reward = search_r1.paid_em_format(
+            r, spec.structure_format_score, spec.final_format_score, spec.retrieval_score
         )
-    answer = final_answer(sequence)
-    em = squad_em(answer, golds) if answer is not None else 0.0
     logs = {
-        "em": em,
-        "has_answer": float(answer is not None),
-        "format_ok": float(format_problem(sequence) is None),
-        "retrieval_gold": float(search_r1.retrieval_holds_gold(sequence, golds)),
+        "em": float(r.right),
+        "has_answer": float(r.answer is not None),
+        "format_ok": float(r.formatted),
+        "retrieval_gold": float(r.retrieval_gold),
     }
-    return SampleScore(reward=reward, score=em, logs=logs)
+    return SampleScore(reward=reward, score=float(r.right), logs=logs)
 
 
 def score_solution(

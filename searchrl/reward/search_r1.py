@@ -17,22 +17,61 @@ example is one of them), so a response that answers nothing is read as answering
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from searchrl.metrics import squad_em, squad_normalize
 from searchrl.protocols.search_r1 import final_answer, format_problem, information_blocks
 
 
-def em(sequence: str, golds: Sequence[str], format_score: float = 0.0, score: float = 1.0) -> float:
+@dataclass(frozen=True)
+class Reading:
+    """What both rewards read of a sequence, read once: the extracted answer (None: none), whether it matches a gold
+    answer, whether the v0.3 format holds, and whether an `<information>` block holds a gold answer."""
+
+    answer: str | None
+    right: bool
+    formatted: bool
+    retrieval_gold: bool
+
+
+def read(sequence: str, golds: Sequence[str]) -> Reading:
     answer = final_answer(sequence)
-    if answer is None:
-        return 0.0
-    return score if squad_em(answer, golds) else format_score
+    return Reading(
+        answer=answer,
+        right=answer is not None and bool(squad_em(answer, golds)),
+        formatted=format_problem(sequence) is None,
+        retrieval_gold=retrieval_holds_gold(sequence, golds),
+    )
 
 
 def retrieval_holds_gold(sequence: str, golds: Sequence[str]) -> bool:
     """Whether an `<information>` block holds a gold answer, both SQuAD-normalised, as a substring."""
     wanted = [squad_normalize(g) for g in golds]
     return any(g in squad_normalize(block) for block in information_blocks(sequence) for g in wanted)
+
+
+def paid_em(r: Reading, format_score: float = 0.0, score: float = 1.0) -> float:
+    if r.answer is None:
+        return 0.0
+    return score if r.right else format_score
+
+
+def paid_em_format(
+    r: Reading,
+    structure_format_score: float = 0.0,
+    final_format_score: float = 0.0,
+    retrieval_score: float = 0.0,
+    score: float = 1.0,
+) -> float:
+    if r.right:
+        return score if r.formatted else score - structure_format_score
+    if r.formatted:
+        return structure_format_score + retrieval_score if r.retrieval_gold else structure_format_score
+    return 0.0 if r.answer is None else final_format_score
+
+
+def em(sequence: str, golds: Sequence[str], format_score: float = 0.0, score: float = 1.0) -> float:
+    return paid_em(read(sequence, golds), format_score, score)
 
 
 def em_format(
@@ -43,14 +82,5 @@ def em_format(
     retrieval_score: float = 0.0,
     score: float = 1.0,
 ) -> float:
-    formatted = format_problem(sequence) is None
-    answer = final_answer(sequence)
-    if answer is not None and squad_em(answer, golds):
-        return score if formatted else score - structure_format_score
-    if formatted:
-        return (
-            structure_format_score + retrieval_score
-            if retrieval_holds_gold(sequence, golds)
-            else (structure_format_score)
-        )
-    return 0.0 if answer is None else final_format_score
+    r = read(sequence, golds)
+    return paid_em_format(r, structure_format_score, final_format_score, retrieval_score, score)
