@@ -16,7 +16,6 @@ from searchrl.paths import ROOT
 from searchrl.search.base import Passage
 from tests.test_search_fixtures import (
     PASSAGES,
-    SHARD_SIZE,
     fixture_backend,
     fixture_index,
     fixture_queries,
@@ -64,9 +63,14 @@ def test_killed_build_resumes_to_an_identical_index(tmp_path):
     All three runs are fresh processes: an encoder's float sums follow the process's thread count, which a test
     process may have changed (the bytes compared are the run's own, not the test process's)."""
 
+    # Four shards of 40 of the fixture's passages: the kill lands between shards as with the full corpus, and the
+    # three processes encode less than half of it (this test took 69 s of the suite's 10 minutes).
+    corpus = tmp_path / "passages.jsonl"
+    corpus.write_text("".join(PASSAGES.read_text().splitlines(keepends=True)[:150]))
+
     def command(out: Path) -> list[str]:
-        return [sys.executable, "-m", "search_backend.index.build", "--corpus", str(PASSAGES), "--format", "jsonl",
-                "--out", str(out), "--shard-size", str(SHARD_SIZE), "--batch-size", "32"]  # fmt: skip
+        return [sys.executable, "-m", "search_backend.index.build", "--corpus", str(corpus), "--format", "jsonl",
+                "--out", str(out), "--shard-size", "40", "--batch-size", "20"]  # fmt: skip
 
     reference = tmp_path / "reference"
     subprocess.run(command(reference), cwd=ROOT, check=True, capture_output=True, timeout=300)

@@ -22,8 +22,10 @@ from searchrl.qa_data.sft_data import trajectory_messages
 from searchrl.rehearsal import cpu_layer, training
 from searchrl.rehearsal.inputs import rehearsal_index, stage_questions
 from searchrl.rehearsal.ray_head import (
+    BLOCKS_DIR,
     RAY_NAMED_PORTS,
     WORKER_PORTS,
+    RayHead,
     ephemeral_range,
     held_blocks,
     ray_ports,
@@ -392,3 +394,49 @@ def test_the_quickstart_line_reports_what_the_reward_server_scored(tmp_path):
         "first to last of 3 steps (60 s)"
     )
     assert "mean reward n/a" in stage_line("stage1", {**trained, "server_reward_first": None})
+
+
+class FlakyHead(RayHead):
+    """A head whose `ray start` is a stand-in: the first `failures` starts exit at once, then one serves the job
+    server's version route on the chosen dashboard port."""
+
+    def __init__(self, workdir: Path, failures: int) -> None:
+        self.failures = failures
+        self.starts = 0
+        super().__init__(workdir)
+
+    def launch(self) -> None:
+        ports = ray_ports()
+        self.first_port, self.dashboard_port = ports[RAY_NAMED_PORTS[0]], ports["dashboard"]
+        self.starts += 1
+        if self.starts <= self.failures:
+            code = "import sys; print('GCS did not start'); sys.exit(1)"
+        else:
+            code = (
+                "import http.server\n"
+                "class H(http.server.BaseHTTPRequestHandler):\n"
+                "    def do_GET(self):\n"
+                "        self.send_response(200); self.end_headers(); self.wfile.write(b'{}')\n"
+                f"http.server.HTTPServer(('127.0.0.1', {self.dashboard_port}), H).serve_forever()\n"
+            )
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_a_ray_start_that_fails_while_starting_is_started_again_on_new_ports(tmp_path, capsys):
+    head = FlakyHead(tmp_path, failures=2)
+    try:
+        head.wait(timeout_s=60)
+    finally:
+        head.stop()
+    assert head.starts == 3
+    assert capsys.readouterr().out.count("starting again on new ports") == 2
+    assert (tmp_path / "ray_head.log").read_text().count("GCS did not start") == 2  # each start's output kept
+    assert head.first_port not in held_blocks(BLOCKS_DIR)
+
+
+def test_a_ray_start_that_keeps_failing_is_an_error_that_shows_its_log(tmp_path):
+    head = FlakyHead(tmp_path, failures=3)
+    with pytest.raises(RuntimeError, match="(?s)ray start exited with 1.*GCS did not start"):
+        head.wait(timeout_s=60)
+    assert head.starts == 3

@@ -113,11 +113,17 @@ class RayHead:
 
     def __init__(self, workdir: Path, num_cpus: int = 4, num_gpus: int = 0) -> None:
         """`num_gpus` logical GPUs: OpenRLHF places its actors and engines by GPU bundles."""
+        self.num_cpus = num_cpus
         self.num_gpus = num_gpus
         self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
         self.log = workdir / "ray_head.log"
+        self.log.write_bytes(b"")  # appended to by each start, so a failed one's output stays beside the retry's
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
         env["PATH"] = venv_first(env.get("PATH"))
+        self.env = env
+        self.launch()
+
+    def launch(self) -> None:
         ports = ray_ports()
         self.first_port = ports[RAY_NAMED_PORTS[0]]
         self.dashboard_port = ports["dashboard"]
@@ -139,29 +145,36 @@ class RayHead:
             f"--runtime-env-agent-port={ports['runtime_env_agent']}",
             f"--min-worker-port={ports['min_worker']}",
             f"--max-worker-port={ports['max_worker']}",
-            f"--num-cpus={num_cpus}",
-            f"--num-gpus={num_gpus}",
+            f"--num-cpus={self.num_cpus}",
+            f"--num-gpus={self.num_gpus}",
             "--include-dashboard=true",
             f"--temp-dir={self.temp}",
         ]
-        self.env = env
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=self.log.open("wb"),
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
 
     @property
     def address(self) -> str:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
-    def wait(self, timeout_s: float = 180.0) -> None:
+    def wait(self, timeout_s: float = 180.0, starts: int = 3) -> None:
+        """Waits for the job server. A `ray start` that exits while starting is started again on a fresh port
+        block (twice at most): on a loaded machine with another head starting beside it, a start can fail once
+        (seen in CI: two lanes, each starting Ray heads) and a whole rehearsal should not fail with it."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"ray start exited with {self.proc.returncode}; see {self.log}")
+                code = self.proc.returncode
+                self.stop()
+                starts -= 1
+                if starts <= 0:
+                    raise RuntimeError(f"ray start exited with {code}; see {self.log}:\n{self.log_tail()}")
+                print(f"[ray] ray start exited with {code}; starting again on new ports ({self.log})", flush=True)
+                self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))
+                self.launch()
+                continue
             try:
                 if httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200:
                     return
@@ -169,6 +182,12 @@ class RayHead:
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
 
     def descendants(self) -> list[int]:
         children: dict[int, list[int]] = {}
