@@ -32,7 +32,7 @@ from tqdm import tqdm  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port, start_module, stop  # noqa: E402
-from searchrl.protocol import BEGIN_QUERY, END_QUERY, clean_query  # noqa: E402
+from searchrl.protocols.r1_searcher import BEGIN_QUERY, END_QUERY, clean_query  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import ReplayEngine, SamplingParams, recorded_actions  # noqa: E402
 from searchrl.stage.config import load_stage  # noqa: E402

@@ -226,7 +226,7 @@ def stage_costs(bodies: list[bytes], rounds: int = 3, passes: int = 10) -> dict[
 
 def agent_bodies(records: list[dict]) -> list[bytes]:
     """What the agent sends at the end of an episode, with the searches the environment ran."""
-    from searchrl.protocol import parse_solution
+    from searchrl.protocols.r1_searcher import parse_solution
 
     for r in records:
         r["metadata"] = {"num_searches": parse_solution(r["gen_text_store"]).num_document_blocks, "search_errors": 0}

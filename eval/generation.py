@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from eval.segments import segment_text
 from searchrl.http_transport import RetryPolicy
 from searchrl.openai_client import OpenAIClient, key_from_env
-from searchrl.protocol import END_QUERY
+from searchrl.protocols.r1_searcher import END_QUERY
 from searchrl.rollout.engines import HFEngine
 from searchrl.rollout.environment import Episode, SearchEnvironment
 

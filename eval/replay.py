@@ -11,7 +11,7 @@ from pathlib import Path
 
 from eval.generation import Completion, GenParams
 from searchrl.jsonl import RecordError, read_jsonl
-from searchrl.protocol import BEGIN_DOCS
+from searchrl.protocols.r1_searcher import BEGIN_DOCS
 from searchrl.rollout.engines import recorded_actions
 
 

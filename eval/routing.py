@@ -39,7 +39,7 @@ from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.process import stop
-from searchrl.protocol import parse_solution
+from searchrl.protocols.r1_searcher import parse_solution
 from searchrl.reward import router_r1
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig

@@ -38,7 +38,7 @@ from searchrl.hub import load_causal_lm
 from searchrl.hub import load_tokenizer as hub_tokenizer
 from searchrl.jsonl import read_jsonl
 from searchrl.metrics import all_metrics, as_golds
-from searchrl.protocol import parse_solution
+from searchrl.protocols.r1_searcher import parse_solution
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.search.base import SearchBackend

@@ -13,7 +13,7 @@ from typing import Any
 
 from searchrl.jsonl import RecordError, field, read_jsonl
 from searchrl.metrics import all_metrics, as_golds
-from searchrl.protocol import extract_answer
+from searchrl.protocols.r1_searcher import extract_answer
 
 
 def score_file(

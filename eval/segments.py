@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from searchrl.protocol import BEGIN_QUERY, END_QUERY
+from searchrl.protocols.r1_searcher import BEGIN_QUERY, END_QUERY
 
 # Fields in which endpoints report the stop string that ended generation (vLLM, SGLang).
 STOP_FIELDS = ("stop_reason", "matched_stop")

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from searchrl.jsonl import field, read_jsonl
 from searchrl.metrics import as_golds
-from searchrl.protocol import extract_answer
+from searchrl.protocols.r1_searcher import extract_answer
 
 
 class Judge(Protocol):

@@ -37,7 +37,7 @@ from searchrl.config import ConfigError, parse_overrides  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS  # noqa: E402
 from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
-from searchrl.protocol import parse_solution  # noqa: E402
+from searchrl.protocols.r1_searcher import parse_solution  # noqa: E402
 from searchrl.rehearsal.ray_head import RayHead  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from reward_server.idempotency import RecentAnswers, body_digest, log_fields, logged_answers, request_key
 from searchrl.metrics import as_golds
-from searchrl.protocol import split_solution
+from searchrl.protocols.r1_searcher import split_solution
 from searchrl.reward.scoring import SampleScore, score_solution
 from searchrl.reward.spec import RewardSpec
 from searchrl.server import (

@@ -14,7 +14,7 @@ from reward_server.app import ServerSettings, create_app
 from search_backend.serve.app import ServerConfig
 from search_backend.serve.app import create_app as create_search_app
 from searchrl.process import free_port
-from searchrl.protocol import BEGIN_DOCS, END_QUERY
+from searchrl.protocols.r1_searcher import BEGIN_DOCS, END_QUERY
 from searchrl.rollout.agent import Runtime, load_agent_executor
 from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams, recorded_actions
 from searchrl.rollout.reward_client import RewardServerError

@@ -110,7 +110,7 @@ def test_readme_cpu_path_replays_recorded_trajectories(mini_index, tmp_path, cap
         + ["--limit", "3", "--out", str(tmp_path)]
     )
     assert code == 0, capsys.readouterr().err[-2000:]
-    from searchrl.protocol import parse_solution
+    from searchrl.protocols.r1_searcher import parse_solution
 
     recorded = [json.loads(line) for line in (ROOT / sample).open()][:3]
     done = [json.loads(line) for line in (tmp_path / "bamboogle_llama_sample.jsonl").open()]

@@ -15,7 +15,7 @@ from eval.segments import segment_text
 from search_backend.serve.app import ServerConfig
 from search_backend.serve.app import create_app as search_app
 from searchrl.process import free_port
-from searchrl.protocol import BEGIN_QUERY, END_QUERY
+from searchrl.protocols.r1_searcher import BEGIN_QUERY, END_QUERY
 from tests.conftest import serve
 from tests.fakes_web import FakeControl, chat_app
 

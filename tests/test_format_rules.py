@@ -2,7 +2,7 @@
 
 import pytest
 
-from searchrl.protocol import parse_solution
+from searchrl.protocols.r1_searcher import parse_solution
 from searchrl.reward.format_rules import FormatContext, find_violations
 
 DOCS = "\n\n<|begin_of_documents|>\n(1)Paris is the capital of France.\n<|end_of_documents|>\n\n"

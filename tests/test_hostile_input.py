@@ -31,7 +31,7 @@ from search_backend.serve.batching import MicroBatcher
 from search_backend.web import FetchPolicy, FetchRefusedError, fetch_page
 from search_backend.web.fetch import Page
 from searchrl import metrics
-from searchrl.protocol import _match_ignoring_space, split_solution
+from searchrl.protocols.r1_searcher import _match_ignoring_space, split_solution
 from searchrl.reward.spec import STAGE2_ANSWER
 from searchrl.server import Limits, RequestError, uvicorn_options
 from tests.conftest import ROOT, serve
@@ -417,7 +417,7 @@ def test_normalize_answer_cache_is_bounded():
 
 
 def test_drop_space_table_covers_every_white_space_character():
-    from searchrl.protocol import _DROP_SPACE
+    from searchrl.protocols.r1_searcher import _DROP_SPACE
 
     assert set(_DROP_SPACE) == {c for c in range(0x110000) if chr(c).isspace()}
 

@@ -10,7 +10,7 @@ from copy import deepcopy
 
 import torch
 
-from searchrl.protocol import BEGIN_DOCS
+from searchrl.protocols.r1_searcher import BEGIN_DOCS
 from searchrl.rehearsal.cpu.sampler import BatchSampler
 from searchrl.rollout.agent import Runtime, load_agent_executor
 from searchrl.rollout.engines import CompletionOutput, RequestOutput

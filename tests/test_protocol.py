@@ -1,4 +1,4 @@
-from searchrl.protocol import (
+from searchrl.protocols.r1_searcher import (
     END_QUERY,
     clean_query,
     extract_answer,
@@ -83,7 +83,7 @@ def test_single_scan_counts_equal_str_count():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from searchrl.protocol import TAG_FORMS
+    from searchrl.protocols.r1_searcher import TAG_FORMS
 
     @settings(max_examples=400, deadline=None)
     @given(st.lists(st.sampled_from(PIECES) | st.text(max_size=5), max_size=40))

@@ -16,7 +16,7 @@ from eval import routing
 from reward_server.app import ServerSettings
 from reward_server.app import create_app as create_reward_app
 from searchrl.jsonl import RecordError
-from searchrl.protocol import BEGIN_DOCS, END_DOCS
+from searchrl.protocols.r1_searcher import BEGIN_DOCS, END_DOCS
 from searchrl.rehearsal.job import ReplayVllmEngine
 from searchrl.rollout.agent import Runtime, load_agent_executor
 from searchrl.rollout.engines import SamplingParams

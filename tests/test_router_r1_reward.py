@@ -11,7 +11,7 @@ import random
 import numpy as np
 import pytest
 
-from searchrl.protocol import BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY
+from searchrl.protocols.r1_searcher import BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY
 from searchrl.reward.group import EpisodeTerms, RollingCostReward
 from searchrl.reward.router_r1 import cost_reward, violation
 from searchrl.reward.scoring import score_solution

@@ -22,7 +22,7 @@ from search_backend.serve.app import ServerConfig
 from search_backend.serve.app import create_app as create_search_app
 from searchrl.job import preflight, submit
 from searchrl.job.plan import excludes, plan_stage, runtime_env
-from searchrl.protocol import BEGIN_DOCS, END_DOCS
+from searchrl.protocols.r1_searcher import BEGIN_DOCS, END_DOCS
 from searchrl.rehearsal.job import ReplayVllmEngine, install_vllm_standin
 from searchrl.reward.scoring import score_solution
 from searchrl.rollout.agent import Runtime, load_agent_executor, stage_from_env

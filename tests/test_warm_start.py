@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from searchrl.protocol import BEGIN_DOCS, BEGIN_QUERY, END_QUERY, extract_answer
+from searchrl.protocols.r1_searcher import BEGIN_DOCS, BEGIN_QUERY, END_QUERY, extract_answer
 from searchrl.qa_data.fictional import CITIES
 from searchrl.rehearsal import warm_start
 from searchrl.tiny_policy import supervise

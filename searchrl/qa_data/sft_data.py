@@ -11,7 +11,7 @@ from pathlib import Path
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError, read_jsonl
 from searchrl.paths import CONFIGS
-from searchrl.protocol import ANSWER_CLOSE, BEGIN_DOCS, END_DOCS
+from searchrl.protocols.r1_searcher import ANSWER_CLOSE, BEGIN_DOCS, END_DOCS
 from searchrl.stage.config import ModelConfig
 from searchrl.stage.templates import load_tokenizer, render_prompt
 

@@ -29,7 +29,7 @@ from unittest import mock
 import ray
 import torch
 
-from searchrl.protocol import BEGIN_DOCS
+from searchrl.protocols.r1_searcher import BEGIN_DOCS
 from searchrl.rehearsal.openrlhf_source import experience_maker_class
 from searchrl.rollout.agent import config_source
 from searchrl.rollout.engines import CompletionOutput, RequestOutput, SamplingParams, recorded_actions

@@ -32,7 +32,7 @@ TEMPLATE = CONFIGS / "models/qwen2.5-7b-base.yaml"
 INPUTS = (
     *sorted((ROOT / "searchrl/tiny_policy").glob("*.py")),
     ROOT / "searchrl/qa_data/fictional.py",
-    ROOT / "searchrl/protocol.py",
+    ROOT / "searchrl/protocols/r1_searcher.py",
     TEMPLATE,
     EXAMPLES / "stage_1.jsonl",
     EXAMPLES / "mini_corpus.jsonl",

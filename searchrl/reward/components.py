@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from searchrl.metrics import YES_NO, normalize_answer
-from searchrl.protocol import ParsedSolution
+from searchrl.protocols.r1_searcher import ParsedSolution
 
 _YES_NO = frozenset(YES_NO)
 
@@ -22,7 +22,7 @@ _YES_NO = frozenset(YES_NO)
 def search_well_formed(parsed: ParsedSolution, violations: Mapping[str, bool]) -> float:
     """1 when the model searched at least once and every query/documents block is well formed.
 
-    >>> from searchrl.protocol import parse_solution
+    >>> from searchrl.protocols.r1_searcher import parse_solution
     >>> ok = dict.fromkeys(("tag_counts", "forged_documents"), False)
     >>> searched = parse_solution("<|begin_of_query|> q <|end_of_query|>")
     >>> search_well_formed(searched, ok), search_well_formed(parse_solution("no search"), ok)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from searchrl.protocol import ParsedSolution
+from searchrl.protocols.r1_searcher import ParsedSolution
 
 _CJK = re.compile("[\u4e00-\u9fff]")
 

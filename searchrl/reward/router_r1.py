@@ -28,7 +28,7 @@ import numpy as np
 
 from searchrl.metrics import squad_em as exact_match
 from searchrl.metrics import squad_normalize
-from searchrl.protocol import (
+from searchrl.protocols.r1_searcher import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     BEGIN_DOCS,

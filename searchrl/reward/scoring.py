@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchrl.metrics import all_metrics
-from searchrl.protocol import parse_solution
+from searchrl.protocols.r1_searcher import parse_solution
 from searchrl.reward import search_r1
 from searchrl.reward.components import answer_score, format_valid, format_violated, search_well_formed
 from searchrl.reward.format_rules import context_from_metadata, find_violations

@@ -21,7 +21,7 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from searchrl.config import ConfigError
-from searchrl.protocol import ANSWER_CLOSE, END_QUERY
+from searchrl.protocols.r1_searcher import ANSWER_CLOSE, END_QUERY
 from searchrl.reward.group import EpisodeTerms
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchrl.protocol import BEGIN_DOCS, END_DOCS, END_QUERY
+from searchrl.protocols.r1_searcher import BEGIN_DOCS, END_DOCS, END_QUERY
 
 
 @dataclass

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from searchrl.metrics import as_golds, normalize_answer
-from searchrl.protocol import format_documents, last_query, split_queries
+from searchrl.protocols.r1_searcher import format_documents, last_query, split_queries
 from searchrl.reward.components import documents_contain, evidence_golds, process_reward
 from searchrl.reward.spec import RewardSpec
 from searchrl.rollout.reward_client import RewardClient, RewardResult

@@ -18,7 +18,15 @@ import sys
 from pathlib import Path
 
 from searchrl.config import ConfigError
-from searchrl.protocol import ANSWER_CLOSE, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE, THINK_OPEN
+from searchrl.protocols.r1_searcher import (
+    ANSWER_CLOSE,
+    BEGIN_DOCS,
+    BEGIN_QUERY,
+    END_DOCS,
+    END_QUERY,
+    THINK_CLOSE,
+    THINK_OPEN,
+)
 from searchrl.routing.llm_router import RouterConfig, read_pool
 
 _QUERY = re.compile(re.escape(BEGIN_QUERY) + r"(.*?)" + re.escape(END_QUERY), re.S)

@@ -8,7 +8,7 @@ import json
 from typing import Any, Protocol
 
 from searchrl.hub import load_tokenizer as load_hub_tokenizer
-from searchrl.protocol import THINK_OPEN
+from searchrl.protocols.r1_searcher import THINK_OPEN
 from searchrl.stage.config import ModelConfig, StageConfig
 from searchrl.stage.prompt import pool_listing
 

@@ -31,7 +31,14 @@ from typing import Any
 
 from searchrl.metrics import as_golds
 from searchrl.paths import EXAMPLES
-from searchrl.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_QUERY, END_QUERY, THINK_CLOSE, format_documents
+from searchrl.protocols.r1_searcher import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    BEGIN_QUERY,
+    END_QUERY,
+    THINK_CLOSE,
+    format_documents,
+)
 
 MIXTURE: dict[str, float] = {
     "correct": 0.25,

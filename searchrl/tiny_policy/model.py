@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.paths import EXAMPLES
-from searchrl.protocol import ANSWER_CLOSE, ANSWER_OPEN, BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY, THINK_CLOSE
+from searchrl.protocols.r1_searcher import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    BEGIN_DOCS,
+    BEGIN_QUERY,
+    END_DOCS,
+    END_QUERY,
+    THINK_CLOSE,
+)
 
 PROTOCOL_TOKENS = [BEGIN_QUERY, END_QUERY, BEGIN_DOCS, END_DOCS, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
 

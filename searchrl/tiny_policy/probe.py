@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from searchrl.protocol import END_QUERY, extract_answer, format_documents, last_query
+from searchrl.protocols.r1_searcher import END_QUERY, extract_answer, format_documents, last_query
 from searchrl.tiny_policy.mixture import Question
 
 EOS = "</s>"
