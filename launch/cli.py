@@ -32,6 +32,9 @@ COMMANDS: dict[str, Command] = {
     "reward score": Command("reward_server.offline", "main", "score logged rollouts offline with a reward spec"),
     "data prepare stage1": Command("stage1_format.prepare_data", "main", "stage 1 prompts, bucketed and mixed"),
     "data prepare stage2": Command("stage2_answer.prepare_data", "main", "stage 2 prompts"),
+    "data prepare search_r1": Command(
+        "stage2_answer.prepare_data", "search_r1_main", "Search-R1's data (its parquet) in its protocol and prompt"
+    ),
     "data prepare router_r1": Command(
         "stage_router_r1.prepare_data", "main", "Router-R1 prompts: QA mixes or Router-R1's JSON, with the pool"
     ),

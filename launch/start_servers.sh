@@ -2,7 +2,7 @@
 # Start the retrieval and reward servers in the background, with logs and pid files, and wait
 # until both answer /health. Servers this script started before are stopped first (and waited for); a
 # port still in use is an error naming its process; runs/servers/<name>.json records pid and URL.
-#   launch/start_servers.sh --index DIR [--stage stage1|stage2] [--search-port 8002] [--reward-port 8001]
+#   launch/start_servers.sh --index DIR [--stage stage1|stage2|...] [--search-port 8002] [--reward-port 8001]
 #                           [--host 127.0.0.1] [--run-dir runs/servers]
 #   launch/start_servers.sh stop [--run-dir runs/servers]
 # Extra `key=value` arguments are stage-config overrides (e.g. reward.answer_metric=f1), as for ray_submit.sh.
@@ -35,13 +35,14 @@ cd "$ROOT"
 stop_one() { "$PY" -m launch.server_process stop "$1" --run-dir "$RUN_DIR"; }
 if [ "$ACTION" = stop ]; then stop_one retrieval; stop_one reward; exit 0; fi
 
-# The stage set lives in searchrl/stage/config.py; the reward server gets the resolved config the agent reads.
-case "$STAGE" in stage*) ;; *) echo "error: --stage must be stage1 or stage2, got $STAGE" >&2; exit 2 ;; esac
+# The stage set lives in searchrl/stage/config.py (resolved_config refuses another name, listing them); the
+# reward server gets the resolved config the agent reads.
 [ -n "$INDEX" ] || { echo "error: --index DIR is required (build one with searchrl index build)" >&2; exit 2; }
 [ -f "$INDEX/manifest.json" ] || { echo "error: --index $INDEX has no manifest.json (an unfinished build?)" >&2; exit 2; }
 
 RESOLVED="$RUN_DIR/$STAGE.resolved.json"
-"$PY" -m searchrl.job.resolved_config "$STAGE" --out "$RESOLVED" ${OVERRIDES[@]+"${OVERRIDES[@]}"} >/dev/null
+"$PY" -m searchrl.job.resolved_config "$STAGE" --out "$RESOLVED" ${OVERRIDES[@]+"${OVERRIDES[@]}"} >/dev/null \
+  || { echo "error: --stage $STAGE: see above" >&2; exit 2; }
 start_one() {  # name port command...
   local name="$1" port="$2"; shift 2
   stop_one "$name"

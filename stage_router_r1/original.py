@@ -20,6 +20,7 @@ from typing import Any
 
 from searchrl.hub import HubError, load_dataset_rows
 from searchrl.jsonl import RecordError
+from searchrl.qa_data.verl_rows import verl_question
 
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 SEED = 42
@@ -27,7 +28,6 @@ TRAIN = (("nq", 7000), ("hotpotqa", 7000))
 VALIDATION = (("nq", 100), ("hotpotqa", 100))
 TEST_SIZE = 500
 TEST_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-QUESTION_MARKER = "Question:"
 
 
 def as_question(text: str) -> str:
@@ -104,17 +104,6 @@ def read_verl_parquet(path: str | Path) -> list[dict[str, Any]]:
     rows = load_dataset("parquet", data_files=str(path), split="train")
     out = []
     for i, row in enumerate(rows):
-        where = f"{path}: row {i + 1}"
-        try:
-            content = row["prompt"][-1]["content"]
-            golds = row["reward_model"]["ground_truth"]["target"]
-        except (KeyError, IndexError, TypeError):
-            raise RecordError(
-                f"{where}: expected verl's prompt[].content and reward_model.ground_truth.target"
-            ) from None
-        if QUESTION_MARKER not in content:
-            raise RecordError(f"{where}: prompt: no `{QUESTION_MARKER}` line to take the question from")
-        question = content.rsplit(QUESTION_MARKER, 1)[1].strip()
-        answer = [golds] if isinstance(golds, str) else [str(g) for g in golds]
-        out.append({"question": question, "answer": answer, "query_type": str(row.get("data_source") or path.stem)})
+        record = verl_question(row, f"{path}: row {i + 1}", path.stem)
+        out.append({"question": record["question"], "answer": record["answer"], "query_type": record["data_source"]})
     return out

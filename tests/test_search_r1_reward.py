@@ -137,8 +137,10 @@ def test_search_r1_keys_belong_to_its_formulas():
 
 
 def test_a_stage_refuses_a_reward_in_another_protocol():
-    """One tag protocol a run: the stage's agent writes R1-Searcher's tags, which Search-R1's reward cannot read."""
-    with pytest.raises(ConfigError, match=r"reward: Value error, formula search_r1_em: Search-R1's reward reads"):
+    """One tag protocol a run: a stage in R1-Searcher's protocol cannot be paid by Search-R1's reward, which reads
+    Search-R1's tags (tests/test_search_r1_protocol.py: the other way round)."""
+    with pytest.raises(ConfigError, match=r"reads search-r1's tags: set `protocol=search-r1`, or a formula that reads "
+                       r"r1-searcher's \(searchrl, router_r1\)"):  # fmt: skip
         load_stage(ROOT / "configs/stages/stage2_answer.yaml", ["reward.formula=search_r1_em"])
 
 

@@ -67,7 +67,8 @@ class ServerConfig(IndexSettings):
         "against slow search with a local index (benchmarks/async_rollout.py); 0 otherwise",
     )
     max_top_k: int = Field(default=100, ge=1)
-    max_queries: int = Field(default=1024, ge=1)
+    # Search-R1's trainer sends a whole turn's queries in one POST: 512 prompts x 5 samples under its GRPO script.
+    max_queries: int = Field(default=4096, ge=1)
     max_query_chars: int = Field(default=512, ge=1, description="longest query; search queries are a few words")
     max_results: int = Field(default=10_000, ge=1, description="queries x top_k in one request (answer size)")
     max_body_bytes: int = Field(default=1 << 20, ge=1)

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from searchrl.paths import RUNS
+from searchrl.reward.spec import protocol_of
 from searchrl.stage.config import CONFIG_JSON_ENV, StageConfig, stage_package
 from searchrl.stage.templates import template_fingerprint
 
@@ -122,7 +123,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def check_servers(stage: StageConfig, run_dir: Path, timeout_s: float = 5.0) -> list[Check]:
+def check_servers(
+    stage: StageConfig, run_dir: Path, timeout_s: float = 5.0, stage_name: str | None = None
+) -> list[Check]:
+    """The servers the stage names answer, take its tokens and, for the reward server, score its reward in its
+    protocol. `stage_name`: the command-line name the fixes name (default: the config's `stage` field's prefix)."""
     checks = []
     servers: list[tuple[str, str, str, str, dict[str, Any]]] = [
         ("reward server", u, stage.reward_server.token_env, "/get_reward", {"query": []})
@@ -133,7 +138,7 @@ def check_servers(stage: StageConfig, run_dir: Path, timeout_s: float = 5.0) -> 
             ("retrieval server", u, stage.search.token_env, "/search", {"queries": [], "top_k": 0})
             for u in stage.search.urls
         ]
-    start = f"bash launch/start_servers.sh --index DIR --stage {stage.stage.split('_')[0]}"
+    start = f"bash launch/start_servers.sh --index DIR --stage {stage_name or stage.stage.split('_')[0]}"
     for what, url, token_env, path, probe in servers:
         health, status = _get_health(url, token_env, timeout_s)
         if health is None:
@@ -175,6 +180,17 @@ def check_servers(stage: StageConfig, run_dir: Path, timeout_s: float = 5.0) -> 
                     )
                 )
             else:
+                served_protocol = protocol_of(str(served.get("formula", ""))) if isinstance(served, dict) else "?"
+                checks.append(
+                    Check(
+                        "reward server protocol",
+                        served_protocol == stage.protocol,
+                        f"the server reads {served_protocol}'s tags; this stage speaks {stage.protocol}",
+                        ""
+                        if served_protocol == stage.protocol
+                        else f"restart the reward server with this stage's reward ({stage.protocol}): {start}",
+                    )
+                )
                 diff = stage.reward.differing_components(served) if isinstance(served, dict) else ["spec"]
                 checks.append(
                     Check(
@@ -194,8 +210,9 @@ def check_data(stage: StageConfig, flags: dict[str, Any], model: Any, stage_name
     prepare = (
         f"python -m {stage_package(stage.stage)}.prepare_data --model {stage.model} --input QUESTIONS --out {data}"
     )
-    if stage.prompt is not None:
-        # The stage's own prompt (RAG-R1's rules, Router-R1's pool) is rendered only through its config.
+    if stage.prompt is not None or stage.protocol != "r1-searcher":
+        # The stage's own prompt (RAG-R1's rules, Router-R1's pool) or its protocol's instruction (Search-R1's) is
+        # rendered only through its config.
         prepare += f" --config configs/stages/{stage_name}.yaml"
     if not data:
         return [Check("prompt data", False, "openrlhf.data.prompt_dataset is not set", prepare)]
@@ -321,7 +338,7 @@ def submission_checks(plan: dict[str, Any], env: dict[str, Any], run_dir: Path |
     ]
     package, _ = check_package(env, plan["flags"]["train.agent_func_path"])
     checks += package
-    checks += check_servers(stage, run_dir or RUNS / "servers")
+    checks += check_servers(stage, run_dir or RUNS / "servers", stage_name=plan["stage_name"])
     checks += check_data(stage, plan["flags"], plan["model"], plan["stage_name"])
     checks += check_checkpoint(plan["policy"], plan["policy_source"])
     forwarded = sorted(k for k in env["env_vars"] if k != CONFIG_JSON_ENV)

@@ -1,4 +1,4 @@
-"""`python -m searchrl.job.resolved_config stage1|stage2 [key=value ...] --out FILE`: the resolved stage config,
+"""`python -m searchrl.job.resolved_config STAGE [key=value ...] --out FILE`: the resolved stage config,
 as JSON.
 
 launch/start_servers.sh starts the reward server on this file, so the server scores with exactly the spec
@@ -17,7 +17,7 @@ from searchrl.stage.config import STAGES, load_stage, stage_config_file
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m searchrl.job.resolved_config", description=__doc__.splitlines()[0])
-    p.add_argument("stage", choices=sorted(STAGES), help="stage1: format reward; stage2: format + answer reward")
+    p.add_argument("stage", choices=sorted(STAGES), help="a stage name: stage1, stage2, search_r1, ...")
     p.add_argument("--out", type=Path, required=True, help="where the resolved config (JSON) goes")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. reward.answer_metric=f1")
     return p

@@ -1,4 +1,53 @@
-"""The tag protocols a run can speak, one module each: its tags, how its episodes are parsed, its format rules.
+"""The tag protocols a run can speak, one module each: its tags, its instruction prompt, where generation stops,
+how a segment is read, how the environment renders documents, and what its rewards read.
 
-R1-Searcher's, the default, is `r1_searcher.py`; Search-R1's is `search_r1.py`.
+A stage names its protocol (`protocol: r1-searcher | search-r1`); the agent, the environment, the replay engine
+and the prompt data take it from there, and nothing outside these modules spells a tag. R1-Searcher's is the
+default. A module is its own implementation (mypy checks a module against a Protocol class), so a new protocol
+is one module and one entry in `PROTOCOLS`.
 """
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol, get_args
+
+from searchrl.protocols import r1_searcher, search_r1
+from searchrl.search.base import Passage
+
+ProtocolName = Literal["r1-searcher", "search-r1"]
+PROTOCOL_NAMES: tuple[str, ...] = get_args(ProtocolName)
+DEFAULT_PROTOCOL: ProtocolName = "r1-searcher"
+
+
+class TagProtocol(Protocol):
+    NAME: str
+    # The instruction with {question}, for a stage without a prompt of its own; None: the model config's template.
+    PROMPT: str | None
+    # What a rendered prompt must end with (R1-Searcher's prompts open the policy's `<think>`); None: not checked.
+    PROMPT_END: str | None
+    # The environment's answer to a segment that neither searches nor answers; None: such a segment ends the episode.
+    INVALID_ACTION: str | None
+    # What closes a search action and what encloses a documents block: a recorded trajectory is split on them.
+    SEARCH_CLOSE: str
+    DOCUMENTS_OPEN: str
+    DOCUMENTS_CLOSE: str
+
+    def stops(self, stop_after_answer: bool) -> list[str]: ...
+    def search_query(self, segment: str) -> str | None: ...
+    def answered(self, segment: str) -> bool: ...
+    def passage_entry(self, passage: Passage) -> str: ...
+    def documents_block(self, entries: Sequence[str], after: str = "") -> str: ...
+    def message_block(self, message: str, after: str = "") -> str: ...
+
+
+PROTOCOLS: dict[str, TagProtocol] = {"r1-searcher": r1_searcher, "search-r1": search_r1}
+if set(PROTOCOLS) != set(PROTOCOL_NAMES):
+    raise ImportError(f"PROTOCOLS {sorted(PROTOCOLS)} and ProtocolName {sorted(PROTOCOL_NAMES)} must name the same")
+
+
+def get_protocol(name: str) -> TagProtocol:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise ValueError(f"protocol {name!r}: not one of {', '.join(PROTOCOLS)}") from None

@@ -1,7 +1,8 @@
 """R1-Searcher's tag protocol: the tags, the documents block, and a parser for solution texts.
 
 One implementation shared by the rewards, the agent and the evaluation, so a format rule never
-means one thing at training time and another at evaluation time.
+means one thing at training time and another at evaluation time. The names in capitals and the functions
+under "The protocol's interface" are what `searchrl.protocols.TagProtocol` asks of every protocol.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from searchrl.search.base import Passage, r1_text
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 BEGIN_QUERY = "<|begin_of_query|>"
@@ -20,6 +23,17 @@ BEGIN_DOCS = "<|begin_of_documents|>"
 END_DOCS = "<|end_of_documents|>"
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
+
+NAME = "r1-searcher"
+# Its prompts are the model configs' own templates (configs/models/*.yaml), so none is set here.
+PROMPT: str | None = None
+# Every prompt opens the policy's reasoning; the model configs' templates end with it.
+PROMPT_END = THINK_OPEN
+# A segment that is not a search ends the episode: its reward reads what was written.
+INVALID_ACTION: str | None = None
+SEARCH_CLOSE = END_QUERY
+DOCUMENTS_OPEN = BEGIN_DOCS
+DOCUMENTS_CLOSE = END_DOCS
 
 # The seven forms whose counts must agree for the query/documents blocks to be well formed.
 # The exact-whitespace forms catch blocks the model typed itself instead of receiving them.
@@ -201,6 +215,36 @@ def format_documents(passages: Sequence[str], after: str = "") -> str:
     block = f"\n\n{BEGIN_DOCS}\n{body}{END_DOCS}\n\n"
     generated = len(after) - len(after.rstrip("\n"))
     return block[min(generated, 2) :]
+
+
+# The protocol's interface (searchrl.protocols.TagProtocol): what the agent, the environment and the replay
+# engines ask of the run's protocol.
+
+
+def stops(stop_after_answer: bool) -> list[str]:
+    """Where a segment's generation stops: a query to run, and `</answer>` where the stage cuts there."""
+    return [END_QUERY, ANSWER_CLOSE] if stop_after_answer else [END_QUERY]
+
+
+def search_query(segment: str) -> str | None:
+    return last_query(segment)
+
+
+def answered(segment: str) -> bool:
+    return extract_answer(segment) is not None
+
+
+def passage_entry(passage: Passage) -> str:
+    return r1_text(passage)
+
+
+def documents_block(entries: Sequence[str], after: str = "") -> str:
+    return format_documents(entries, after)
+
+
+def message_block(message: str, after: str = "") -> str:
+    """A block that holds a message instead of passages (a failed search, nothing found)."""
+    return format_documents([message], after)
 
 
 def split_solution(query: str, prompt: str) -> str:

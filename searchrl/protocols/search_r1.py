@@ -16,12 +16,37 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from searchrl.protocols import r1_searcher
+from searchrl.protocols.segments import policy_segments
 from searchrl.search.base import Passage
 
 THINK, SEARCH, INFORMATION, ANSWER = "think", "search", "information", "answer"
 TAGS = (THINK, SEARCH, INFORMATION, ANSWER)
 # Where generation stops: a search to run, or the answer (generation.py cuts a response after either).
 STOP = (f"</{SEARCH}>", f"</{ANSWER}>")
+
+NAME = "search-r1"
+# Its instruction, as `make_prefix` in scripts/data_process/nq_search.py writes it for every model. Its trainer
+# sends it as a user turn through the tokenizer's chat template whenever the tokenizer has one (verl's
+# RLHFDataset), Qwen2.5's base models included; as plain text otherwise.
+PROMPT = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
+    "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as your want. If you find no further external knowledge needed, "
+    "you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. For "
+    "example, <answer> Beijing </answer>. Question: {question}\n"
+)
+# The prompt ends with the question; the policy opens its own `<think>`.
+PROMPT_END: str | None = None
+# generation.py's answer to a turn that neither searches nor answers: the episode goes on, the turn counted.
+INVALID_ACTION: str | None = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. "
+    "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
+)
+SEARCH_CLOSE = f"</{SEARCH}>"
+DOCUMENTS_OPEN = f"<{INFORMATION}>"
+DOCUMENTS_CLOSE = f"</{INFORMATION}>"
 ASSISTANT_MARKER = re.compile(r"<\|im_start\|>assistant\s*")
 
 _ANSWER = re.compile(f"<{ANSWER}>(.*?)</{ANSWER}>", re.DOTALL)
@@ -44,10 +69,55 @@ _NEXT = {
 _INSIDE = {"in_think", "in_search", "in_information", "in_answer"}
 
 
+# A passage whose title travels in its text, as R1-Searcher's corpora write it (kiltmini's: `Title: t Text: x`).
+_TITLED_TEXT = re.compile(r"Title:\s*(.*?)\s+Text:\s*(.*)", re.DOTALL)
+
+
+def passage_entry(passage: Passage) -> str:
+    """One passage as `_passages2string` writes it after `Doc i`: its title in brackets, then its text."""
+    title, text = passage.title, passage.text
+    if not title and (found := _TITLED_TEXT.fullmatch(text.strip())):
+        title, text = found.group(1), found.group(2)
+    return f"(Title: {title}) {text}"
+
+
+def documents_block(entries: Sequence[str], after: str = "") -> str:
+    """The block the environment appends after a search: `Doc i` and an entry a line, inside `<information>`,
+    with the blank lines generation.py puts around it. `after` is the action it follows: newlines the action's
+    last token already carries (a token that merged `>` with them) are not repeated, so the text stays as
+    Search-R1 writes it, whose turns are cut at the tag and tokenized again."""
+    lines = "".join(f"Doc {i}{entry}\n" for i, entry in enumerate(entries, start=1))
+    return _after(f"\n\n{DOCUMENTS_OPEN}{lines.strip()}{DOCUMENTS_CLOSE}\n\n", after)
+
+
+def message_block(message: str, after: str = "") -> str:
+    """A block that holds a message instead of passages (a failed search, nothing found)."""
+    return _after(f"\n\n{DOCUMENTS_OPEN}{message.strip()}{DOCUMENTS_CLOSE}\n\n", after)
+
+
+def _after(block: str, after: str) -> str:
+    generated = len(after) - len(after.rstrip("\n"))
+    return block[min(generated, 2) :]
+
+
 def render_documents(passages: Sequence[Passage]) -> str:
-    """The block the environment appends after a search: one `Doc i(Title: t) text` line a passage."""
-    lines = "".join(f"Doc {i}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, start=1))
-    return f"\n\n<{INFORMATION}>{lines.strip()}</{INFORMATION}>\n\n"
+    return documents_block([passage_entry(p) for p in passages])
+
+
+def stops(stop_after_answer: bool) -> list[str]:
+    """A segment ends at `</search>` or `</answer>`, whatever the stage says: generation.py cuts every turn there."""
+    return list(STOP)
+
+
+def search_query(segment: str) -> str | None:
+    """The query when the segment's first tagged action is a search; None otherwise (an empty query included: our
+    search servers refuse one, where Search-R1's retriever would embed it)."""
+    kind, content = action(segment)
+    return content or None if kind == SEARCH else None
+
+
+def answered(segment: str) -> bool:
+    return action(segment)[0] == ANSWER
 
 
 def action(segment: str) -> tuple[str | None, str]:
@@ -92,3 +162,24 @@ def format_problem(sequence: str) -> str | None:
         elif state not in _INSIDE:
             return f"Unexpected content '{part.strip()}' between tags (state: {state})"
     return None if state == "end" else f"Incomplete sequence, ended in state {state}"
+
+
+def from_r1_searcher(trajectory: str) -> str:
+    """An R1-Searcher trajectory (the text after its prompt's `<think>`) as a Search-R1 policy would write it: each
+    segment's reasoning in `<think>`, its query in `<search>`, the final answer in `<answer>`, the documents left
+    out (the environment appends its own). The rehearsal replays released R1-Searcher trajectories this way."""
+    r1 = r1_searcher
+    out = []
+    for segment in policy_segments(trajectory, r1.SEARCH_CLOSE, r1.DOCUMENTS_OPEN, r1.DOCUMENTS_CLOSE):
+        query, answer = r1.last_query(segment), r1.extract_answer(segment)
+        reasoning = segment.split(r1.BEGIN_QUERY if query else r1.ANSWER_OPEN)[0]
+        for tag in (r1.THINK_OPEN, r1.THINK_CLOSE):
+            reasoning = reasoning.replace(tag, " ")
+        thought = f"<{THINK}>{' '.join(reasoning.split())}</{THINK}>"
+        if query:
+            out.append(f"{thought}\n<{SEARCH}> {query} </{SEARCH}>")
+        elif answer is not None:
+            out.append(f"{thought}\n<{ANSWER}> {answer} </{ANSWER}>")
+        else:
+            out.append(thought)
+    return "\n".join(out)

@@ -22,21 +22,32 @@ from searchrl.config import ConfigError, load
 from searchrl.hub import HubError, load_dataset_rows
 from searchrl.jsonl import RecordError, read_jsonl
 from searchrl.metrics import as_golds, best_over_golds, normalize_answer
+from searchrl.protocols import r1_searcher
 from searchrl.qa_data.eval_sets import EVAL_SETS, eval_set_path
+from searchrl.qa_data.verl_rows import is_verl_row, verl_question
 from searchrl.stage.config import STAGES, ModelConfig, StageConfig, resolve_model_path
-from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt, template_fingerprint
+from searchrl.stage.templates import effective_model, load_tokenizer, prompt_end, render_prompt, template_fingerprint
 
 DEFAULT_BUCKETS = "hard:0-2,medium:3-6,easy:7-10"
 DEFAULT_MODEL = "configs/models/qwen2.5-7b-base.yaml"
 
 
 def read_questions(source: str, split: str, question_key: str, answer_key: str) -> Iterator[dict[str, Any]]:
-    """Records from a local JSONL file, or else a Hugging Face dataset name."""
-    if Path(source).is_file():
-        rows: Iterable[dict[str, Any]] = read_jsonl(source)
+    """Records from a local JSONL or parquet file, or else a Hugging Face dataset name. verl's prompt-dataset rows
+    (Search-R1's and Router-R1's published data) are read as their question, golds and data source."""
+    path = Path(source)
+    if path.is_file() and path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows: Iterable[dict[str, Any]] = pq.read_table(path).to_pylist()
+    elif path.is_file():
+        rows = read_jsonl(source)
     else:
         rows = load_dataset_rows(source, None, split)[1]
     for i, row in enumerate(rows, start=1):
+        if is_verl_row(row):
+            row = verl_question(row, f"{source}: record {i}", path.stem)
+            question_key, answer_key = "question", "answer"
         if question_key not in row or answer_key not in row:
             raise RecordError(
                 f"{source}: record {i}: needs keys {question_key!r} and {answer_key!r}; got {sorted(row)}"
@@ -103,22 +114,23 @@ def mix_buckets(rows: list[dict[str, Any]], mix: dict[str, float], size: int, se
     return chosen
 
 
-def prompt_model(model_file: str | None, config: str | None) -> tuple[ModelConfig, str]:
-    """The model config whose prompt the data is rendered with, and its file: `--model` as written, or, with
-    `--config`, the stage config's own prompt (e.g. RAG-R1's multi-query rules) over its model."""
+def prompt_model(model_file: str | None, config: str | None) -> tuple[ModelConfig, str, str | None]:
+    """The model config whose prompt the data is rendered with, its file and what every prompt ends with: `--model`
+    as written (R1-Searcher's protocol), or, with `--config`, the stage config's own prompt (e.g. RAG-R1's
+    multi-query rules) or its protocol's instruction (Search-R1's) over its model."""
     if config is None:
         path = model_file or DEFAULT_MODEL
-        return load(ModelConfig, path), path
+        return load(ModelConfig, path), path, r1_searcher.PROMPT_END
     stage = load(StageConfig, config)
     path = model_file or str(resolve_model_path(config, stage.model))
     try:
-        return effective_model(load(ModelConfig, path), stage), path
+        return effective_model(load(ModelConfig, path), stage), path, prompt_end(stage)
     except ValueError as e:
         raise ConfigError(f"{config}: {e}") from None
 
 
 def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
-    model, model_file = prompt_model(args.model, args.config)
+    model, model_file, end = prompt_model(args.model, args.config)
     tokenizer = load_tokenizer(model) if model.kind == "chat" else None
     leaks = eval_questions()
     buckets = parse_buckets(args.buckets) if stage == "stage1_format" else []
@@ -144,10 +156,12 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         except TypeError as e:
             raise RecordError(f"{args.input}: record {number}: {args.answer_key}: {e}") from None
         out = {
-            "prompt": render_prompt(model, question, tokenizer),
+            "prompt": render_prompt(model, question, tokenizer, end),
             "label": golds[0] if len(golds) == 1 else json.dumps(golds),
             "question": question,
         }
+        if row.get("data_source"):
+            out["data_source"] = row["data_source"]
         if buckets:
             right = difficulty(row, golds, args.correct_metric)
             out["bucket"] = next((n for n, lo, hi in buckets if right is not None and lo <= right <= hi), "unknown")
@@ -178,19 +192,24 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
     return report
 
 
-def build_parser(stage: str) -> argparse.ArgumentParser:
+def build_parser(stage: str, command: str | None = None, config: str | None = None) -> argparse.ArgumentParser:
+    """`command`: the name after `searchrl data prepare` (default: the stage's); `config`: the default `--config`."""
     p = argparse.ArgumentParser(
-        prog=f"searchrl data prepare {next((k for k, v in STAGES.items() if v == stage), stage)}",
+        prog=f"searchrl data prepare {command or next((k for k, v in STAGES.items() if v == stage), stage)}",
         description=f"Build the {stage} prompt dataset for OpenRLHF (`prompt`, `label`) from questions and answers.",
     )
     p.add_argument(
-        "--input", required=True, help="a local JSONL (question, answer[, pred_anses]) or an HF dataset name"
+        "--input",
+        required=True,
+        help="a local JSONL (question, answer[, pred_anses]) or parquet file, or an HF dataset name; verl rows "
+        "(Search-R1's and Router-R1's data: prompt, reward_model.ground_truth.target, data_source) are read as such",
     )
     p.add_argument("--model", default=None, help=f"model config whose template is used (default {DEFAULT_MODEL})")
     p.add_argument(
         "--config",
-        default=None,
-        help="a stage config with its own prompt (configs/stages/rag_r1.yaml): its prompt over its model",
+        default=config,
+        help="a stage config with its own prompt or protocol (configs/stages/rag_r1.yaml, search_r1.yaml): its "
+        f"prompt over its model, in its protocol (default {config})",
     )
     p.add_argument("--out", type=Path, required=True, help="output JSONL; a .report.json is written beside it")
     p.add_argument("--split", default="train", help="split, for a Hugging Face dataset")
@@ -209,8 +228,8 @@ def build_parser(stage: str) -> argparse.ArgumentParser:
     return p
 
 
-def main(stage: str, argv: list[str] | None = None) -> int:
-    args = build_parser(stage).parse_args(argv)
+def main(stage: str, argv: list[str] | None = None, command: str | None = None, config: str | None = None) -> int:
+    args = build_parser(stage, command, config).parse_args(argv)
     try:
         report = prepare(args, stage)
     except (ConfigError, RecordError, HubError, TypeError) as e:

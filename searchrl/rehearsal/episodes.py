@@ -23,6 +23,7 @@ from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
 from searchrl.process import free_port, start_module, stop
+from searchrl.protocols import search_r1
 from searchrl.rehearsal.cpu_layer import with_rehearsal_code
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
 from searchrl.rehearsal.job import MARKER
@@ -62,10 +63,17 @@ def _healthy_servers(stage_name: str, model: str | None, overrides: list[str]) -
 
 
 def _prepare(
-    stage_dir: Path, stage: str, model_config: str, prompts: int, router: RouterConfig | None = None, package: str = ""
+    stage_dir: Path,
+    stage: str,
+    model_config: str,
+    prompts: int,
+    router: RouterConfig | None = None,
+    package: str = "",
+    protocol: str = "r1-searcher",
 ) -> tuple[Path, Path]:
     """The stage's prompt data, made by its own data preparation from the recorded questions, and
-    the recordings keyed by the prompt the policy sees (for a routing stage, queries naming pool models)."""
+    the recordings keyed by the prompt the policy sees (for a routing stage, queries naming pool models; for a
+    stage in Search-R1's protocol, the R1-Searcher trajectories written in its tags)."""
     records = [json.loads(line) for line in RECORDINGS.open(encoding="utf-8")]
     if prompts > len(records):
         raise ConfigError(f"--episodes: at most {len(records)} prompts are recorded ({RECORDINGS.name})")
@@ -87,6 +95,8 @@ def _prepare(
         by_question[r["question"]]: (
             route_trajectory(r["gen_text_store"], by_price(router), router.naming == "router_r1")
             if router
+            else search_r1.from_r1_searcher(r["gen_text_store"])
+            if protocol == search_r1.NAME
             else r["gen_text_store"]
         )
         for r in chosen
@@ -145,7 +155,7 @@ def episode_overrides(
         model = model_config = stand_in
     router = base["stage"].search.router if base["stage"].search.backend == "router" else None
     package = stage_package(base["stage"].stage)
-    data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package)
+    data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package, base["stage"].protocol)
     scale = {
         **CPU_SCALE,
         "rollout.n_samples_per_prompt": n,
@@ -273,8 +283,16 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
         for proc in started:
             stop(proc)
     print(_table(job["rows"]))
+    # Every episode as the policy wrote it and as it was paid: the texts stay out of the JSON line.
+    episodes_file = stage_dir / "episodes.jsonl"
+    with episodes_file.open("w", encoding="utf-8") as fh:
+        for row in job["rows"]:
+            record = {key: row.get(key) for key in ("prompt", "response", "label", "reward")}
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
     summary = {
         "stage": stage,
+        "protocol": plan["stage"].protocol,
+        "episodes_file": str(episodes_file),
         **{key: job[key] for key in ("episodes", "finished", "budget_cut", "scored", "mean_reward", "min_reward")},
         **{key: job[key] for key in ("extra_logs_keys_consistent", "experience_batches_ok", "train_micro_batches")},
         "package_mib": round(package.mib, 2),

@@ -29,9 +29,9 @@ from unittest import mock
 import ray
 import torch
 
-from searchrl.protocols.r1_searcher import BEGIN_DOCS
+from searchrl.protocols import TagProtocol, get_protocol, r1_searcher
 from searchrl.rehearsal.openrlhf_source import experience_maker_class
-from searchrl.rollout.agent import config_source
+from searchrl.rollout.agent import config_source, stage_from_env
 from searchrl.rollout.engines import CompletionOutput, RequestOutput, SamplingParams, recorded_actions
 from searchrl.stage.openrlhf_flags import validated_args
 from searchrl.tiny_policy.model import build_tokenizer
@@ -75,16 +75,17 @@ class ReplayVllmEngine:
     the first token that completes a stop string (kept whole, text cut at the stop string), at
     `max_tokens` ("length"), or with EOS after the final action."""
 
-    def __init__(self, tokenizer: Any, recordings: dict[str, str]) -> None:
+    def __init__(self, tokenizer: Any, recordings: dict[str, str], protocol: TagProtocol = r1_searcher) -> None:
         self.tokenizer = tokenizer
-        self.actions = {prompt: recorded_actions(text) for prompt, text in recordings.items()}
+        self.protocol = protocol
+        self.actions = {prompt: recorded_actions(text, protocol) for prompt, text in recordings.items()}
 
     def _continuation(self, observed: str) -> tuple[list[int], bool]:
         prompt = max((p for p in self.actions if observed.startswith(p)), key=len, default=None)
         if prompt is None:
             raise KeyError("no recording for this prompt")
         steps = self.actions[prompt]
-        i = min(observed[len(prompt) :].count(BEGIN_DOCS), len(steps) - 1)
+        i = min(observed[len(prompt) :].count(self.protocol.DOCUMENTS_OPEN), len(steps) - 1)
         last = i == len(steps) - 1
         # A query is followed by the newlines R1-Searcher's policy wrote before the documents; a
         # tokenizer that merges `|>` with them yields one token that runs past the stop string.
@@ -133,7 +134,7 @@ class CpuRolloutActor:
         spec.loader.exec_module(module)
         assert issubclass(module.AgentExecutor, AgentExecutorBase), "AgentExecutor must inherit AgentExecutorBase"
         self.executor = module.AgentExecutor()
-        self.engine = ReplayVllmEngine(tokenizer, recordings)
+        self.engine = ReplayVllmEngine(tokenizer, recordings, get_protocol(stage_from_env().protocol))
         self.unfinished = 0
 
     def where(self) -> dict[str, Any]:
@@ -222,7 +223,11 @@ class CpuStrategy:
 def episode_row(sample: Any, tokenizer: Any) -> dict[str, Any]:
     info = {k: float(v.flatten()[0]) for k, v in sample.info.items() if isinstance(v, torch.Tensor)}
     text = tokenizer.decode(sample.sequences[0].tolist(), skip_special_tokens=False)
+    prompt = sample.prompts[0]
     return {
+        "prompt": prompt,
+        # The policy's text with the documents as they were appended (the decoded sequence after the prompt).
+        "response": text[text.find(prompt) + len(prompt) :] if prompt in text else text,
         # The question follows `User:` in the base template, `Question:` in Router-R1's prompt.
         "question": re.split(r"User:|Question:", sample.prompts[0])[-1].strip().split("\n")[0][:60],
         "label": sample.labels[0],

@@ -2,15 +2,17 @@
 `python -m searchrl.rehearsal.warm_start build` from the copy curriculum (searchrl/tiny_policy/build.py).
 
 `build.json` beside the weights records the recipe's seed, what the probe measured and a hash of every input
-(the code and data in INPUTS). When the inputs change and nobody rebuilt, `ensure` builds a fresh warm start
-under runs/tiny_policy/<hash>/ (about 15 minutes on 2 cores) and says so, and a test fails until the shipped one
-is rebuilt: the policy every rehearsal starts from is always the one its inputs make.
+(the code and data in INPUTS, R1-Searcher's tags and the protocol functions the tiny policy calls). When the
+inputs change and nobody rebuilt, `ensure` builds a fresh warm start under runs/tiny_policy/<hash>/ (about 15
+minutes on 2 cores) and says so, and a test fails until the shipped one is rebuilt: the policy every rehearsal
+starts from is always the one its inputs make.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import shutil
 import sys
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from searchrl.config import load
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
+from searchrl.protocols import r1_searcher
 from searchrl.rehearsal.inputs import passage_retriever, rehearsal_index
 from searchrl.stage.config import ModelConfig
 from searchrl.tiny_policy.build import build
@@ -32,7 +35,6 @@ TEMPLATE = CONFIGS / "models/qwen2.5-7b-base.yaml"
 INPUTS = (
     *sorted((ROOT / "searchrl/tiny_policy").glob("*.py")),
     ROOT / "searchrl/qa_data/fictional.py",
-    ROOT / "searchrl/protocols/r1_searcher.py",
     TEMPLATE,
     EXAMPLES / "stage_1.jsonl",
     EXAMPLES / "mini_corpus.jsonl",
@@ -42,10 +44,27 @@ INPUTS = (
 )
 
 
+# Of R1-Searcher's protocol module, what the tiny policy is trained on and probed with: its tags and the functions
+# its curriculum and probe call. The module's other parts (the interface other runs ask of a protocol) can change
+# without making the warm start stale.
+PROTOCOL_TAGS = ("THINK_OPEN", "THINK_CLOSE", "BEGIN_QUERY", "END_QUERY", "BEGIN_DOCS", "END_DOCS", "ANSWER_OPEN",
+                 "ANSWER_CLOSE")  # fmt: skip
+PROTOCOL_CALLS = (
+    r1_searcher.format_documents,
+    r1_searcher.extract_answer,
+    r1_searcher._last_answer,
+    r1_searcher.last_query,
+    r1_searcher.clean_query,
+)
+
+
 def inputs_hash(seed: int = Recipe().seed) -> str:
     h = hashlib.sha256(f"seed={seed}".encode())
     for path in INPUTS:
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    h.update(json.dumps({name: getattr(r1_searcher, name) for name in PROTOCOL_TAGS}).encode())
+    for fn in PROTOCOL_CALLS:
+        h.update(inspect.getsource(fn).encode())
     return h.hexdigest()[:16]
 
 

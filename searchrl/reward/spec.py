@@ -142,7 +142,12 @@ class RewardSpec(BaseModel):
     @property
     def search_r1(self) -> bool:
         """Search-R1's rewards: they read the whole decoded sequence, prompt included, in Search-R1's tags."""
-        return self.formula in ("search_r1_em", "search_r1_em_format")
+        return self.formula in SEARCH_R1_FORMULAS
+
+    @property
+    def protocol(self) -> str:
+        """The tag protocol this reward reads (a name of searchrl.protocols.PROTOCOLS)."""
+        return protocol_of(self.formula)
 
     def weights(self) -> dict[str, float]:
         """Every component by name with its weight (the violation penalty counts negative)."""
@@ -218,6 +223,14 @@ COMPONENT_OF_KEY = {
     "final_format_score": "format (Search-R1)",
     "retrieval_score": "retrieval (Search-R1)",
 }
+SEARCH_R1_FORMULAS = ("search_r1_em", "search_r1_em_format")
+
+
+def protocol_of(formula: str) -> str:
+    """The tag protocol a reward formula reads: Search-R1's formulas read its tags, the others R1-Searcher's."""
+    return "search-r1" if formula in SEARCH_R1_FORMULAS else "r1-searcher"
+
+
 SEARCH_R1_ONLY = ("format_score", "structure_format_score", "final_format_score", "retrieval_score")
 
 # The keys formula router_r1 leaves alone: set to anything but their defaults, they would be ignored silently.

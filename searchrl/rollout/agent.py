@@ -21,7 +21,7 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from searchrl.config import ConfigError
-from searchrl.protocols.r1_searcher import ANSWER_CLOSE, END_QUERY
+from searchrl.protocols import TagProtocol, get_protocol, r1_searcher
 from searchrl.reward.group import EpisodeTerms
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient
@@ -98,7 +98,8 @@ class Runtime:
             token=os.environ.get(stage.reward_server.token_env),
         )
         terms = EpisodeTerms(stage.reward, int(stage.openrlhf.get("rollout.n_samples_per_prompt") or 1))
-        environment = SearchEnvironment(open_search_step(stage.search), stage.episode, stage.reward)
+        protocol = get_protocol(stage.protocol)
+        environment = SearchEnvironment(open_search_step(stage.search), stage.episode, stage.reward, protocol)
         return cls(stage, environment, rewards, terms)
 
     @classmethod
@@ -118,7 +119,7 @@ class Runtime:
 
 
 class SegmentEngine:
-    """Wraps the engine OpenRLHF passes in so every segment stops on `<|end_of_query|>` (kept in the
+    """Wraps the engine OpenRLHF passes in so every segment stops at the protocol's search action (kept in the
     output) and stays within the per-segment token cap; OpenRLHF's multi-turn loop would otherwise
     give each segment the whole remaining budget."""
 
@@ -129,10 +130,11 @@ class SegmentEngine:
         tokenizer: Any = None,
         state: EpisodeState | None = None,
         stop_after_answer: bool = False,
+        protocol: TagProtocol = r1_searcher,
     ) -> None:
         self.engine = engine
         self.max_segment_tokens = max_segment_tokens
-        self.stops = [END_QUERY, ANSWER_CLOSE] if stop_after_answer else [END_QUERY]
+        self.stops = protocol.stops(stop_after_answer)
         self.tokenizer = tokenizer
         self.state = state
 
@@ -230,7 +232,12 @@ class SearchAgentExecutor(MultiTurnAgentExecutor):
         try:
             episode = runtime.stage.episode
             engine = SegmentEngine(
-                llm_engine, episode.max_segment_tokens, hf_tokenizer, state, episode.stop_after_answer
+                llm_engine,
+                episode.max_segment_tokens,
+                hf_tokenizer,
+                state,
+                episode.stop_after_answer,
+                runtime.environment.protocol,
             )
             result = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, engine, images)
         finally:

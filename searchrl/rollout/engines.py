@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchrl.protocols.r1_searcher import BEGIN_DOCS, END_DOCS, END_QUERY
+from searchrl.protocols import TagProtocol, r1_searcher
+from searchrl.protocols.segments import policy_segments
 
 
 @dataclass
@@ -112,29 +113,20 @@ class HFEngine:
         return await asyncio.to_thread(self._generate, list(prompt_token_ids), sampling_params)
 
 
-def recorded_actions(trajectory: str) -> list[str]:
-    """The model's own segments of a recorded trajectory: the text up to each `<|end_of_query|>`,
+def recorded_actions(trajectory: str, protocol: TagProtocol = r1_searcher) -> list[str]:
+    """The model's own segments of a recorded trajectory: the text up to each search action's close,
     with the documents the environment returned then left out, and the final segment."""
-    actions: list[str] = []
-    rest = trajectory
-    while END_QUERY in rest:
-        head, rest = rest.split(END_QUERY, 1)
-        actions.append(head + END_QUERY)
-        start = rest.find(BEGIN_DOCS)
-        end = rest.find(END_DOCS, start)
-        if start >= 0 and end >= 0 and not rest[:start].strip():
-            rest = rest[end + len(END_DOCS) :].lstrip("\n")
-    actions.append(rest)
-    return actions
+    return policy_segments(trajectory, protocol.SEARCH_CLOSE, protocol.DOCUMENTS_OPEN, protocol.DOCUMENTS_CLOSE)
 
 
 class ReplayEngine:
     """Re-emits recorded actions: for a prompt it knows, segment i is the i-th recorded action, where
     i is the number of documents blocks the environment has appended so far."""
 
-    def __init__(self, tokenizer: Any, recordings: dict[str, str]) -> None:
+    def __init__(self, tokenizer: Any, recordings: dict[str, str], protocol: TagProtocol = r1_searcher) -> None:
         self.tokenizer = tokenizer
-        self.actions = {prompt: recorded_actions(traj) for prompt, traj in recordings.items()}
+        self.protocol = protocol
+        self.actions = {prompt: recorded_actions(traj, protocol) for prompt, traj in recordings.items()}
 
     async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None):
         observed = self.tokenizer.decode(prompt_token_ids, skip_special_tokens=False)
@@ -142,7 +134,7 @@ class ReplayEngine:
         if prompt is None:
             raise KeyError("ReplayEngine: no recording for this prompt")
         steps = self.actions[prompt]
-        i = min(observed[len(prompt) :].count(BEGIN_DOCS), len(steps) - 1)
+        i = min(observed[len(prompt) :].count(self.protocol.DOCUMENTS_OPEN), len(steps) - 1)
         text = steps[i]
         tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         limit = sampling_params.max_tokens

@@ -1,8 +1,9 @@
 """The search environment step, one implementation shared by training (the OpenRLHF agent) and evaluation.
 
-A segment that stops on `<|end_of_query|>` is a search: the query is sent to the backend and the
-documents block comes back as feedback (outside the action, so never trained on). Anything else
-ends the episode, and the reward server scores the whole text.
+A segment that ends in a search action of the run's protocol (R1-Searcher's query tags, Search-R1's `<search>`) is a
+search: the query is sent to the backend and the documents block comes back as feedback (outside the action, so
+never trained on). Anything else ends the episode, and the reward server scores the whole text; under Search-R1's
+protocol a segment that neither searches nor answers is told so and the episode goes on, as its generation.py does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from searchrl.metrics import as_golds, normalize_answer
-from searchrl.protocols.r1_searcher import format_documents, last_query, split_queries
+from searchrl.protocols import TagProtocol, r1_searcher
+from searchrl.protocols.r1_searcher import split_queries
 from searchrl.reward.components import documents_contain, evidence_golds, process_reward
 from searchrl.reward.spec import RewardSpec
 from searchrl.rollout.reward_client import RewardClient, RewardResult
@@ -47,6 +49,8 @@ class Episode:
     cost: float = 0.0  # what the backend charged (LLM routing), summed over the episode
     unknown_models: int = 0  # routed queries whose name picked no pool model (Router-R1 punishes them)
     process_reward: float = 0.0  # the process term added to the outcome at the end
+    turns: int = 0  # segments that searched or were invalid, which Search-R1's turn limit counts
+    invalid_actions: int = 0  # segments that neither searched nor answered (Search-R1's protocol goes on after one)
     sent: set[str] = field(default_factory=set)  # normalised queries sent so far
     seen: set[str] = field(default_factory=set)  # passages shown so far, by id
 
@@ -69,10 +73,18 @@ class StepOutcome:
 
 
 class SearchEnvironment:
-    def __init__(self, search: SearchBackend, episode: EpisodeConfig, reward: RewardSpec | None = None) -> None:
-        """`reward`: the spec whose process weight the episode's end applies (None: no process term)."""
+    def __init__(
+        self,
+        search: SearchBackend,
+        episode: EpisodeConfig,
+        reward: RewardSpec | None = None,
+        protocol: TagProtocol = r1_searcher,
+    ) -> None:
+        """`reward`: the spec whose process weight the episode's end applies (None: no process term); `protocol`:
+        the tags the policy writes and the documents come back in."""
         self.search = search
         self.config = episode
+        self.protocol = protocol
         self.reward = reward
         self.process_weight = reward.process_weight if reward is not None else 0.0
         # The policy's tokenizer, which max_tokens_per_query counts in; the agent sets it from OpenRLHF's call.
@@ -89,11 +101,23 @@ class SearchEnvironment:
         """One step of several episodes; their searches go to the backend as one batch."""
         outcomes: list[StepOutcome | None] = [None] * len(episodes)
         searching: list[int] = []
+        protocol, turn_limit = self.protocol, self.config.max_turns
         for i, (ep, action) in enumerate(zip(episodes, actions, strict=True)):
             ep.solution += action
-            query = last_query(action)
+            query = protocol.search_query(action)
+            turns_left = turn_limit is None or ep.turns < turn_limit
             if query is None:
-                outcomes[i] = StepOutcome(feedback="", done=True)
+                if protocol.INVALID_ACTION is None or not turns_left or protocol.answered(action):
+                    outcomes[i] = StepOutcome(feedback="", done=True)
+                else:
+                    ep.turns += 1
+                    ep.invalid_actions += 1
+                    ep.solution += protocol.INVALID_ACTION
+                    outcomes[i] = StepOutcome(feedback=protocol.INVALID_ACTION, done=False)
+            elif not turns_left:
+                # Search-R1's last turn is generated without search: its query is not run and the episode ends.
+                ep.capped = True
+                outcomes[i] = StepOutcome(feedback="", done=True, query=query)
             elif ep.num_searches >= self.config.max_searches:
                 # Over budget: the episode ends with the query unanswered, which the format rules penalise.
                 ep.capped = True
@@ -101,6 +125,7 @@ class SearchEnvironment:
             else:
                 ep.queries.append(query)
                 ep.num_searches += 1
+                ep.turns += 1
                 searching.append(i)
         if searching:
             cfg = self.config
@@ -121,15 +146,20 @@ class SearchEnvironment:
                 if isinstance(answer, SearchError):
                     # A retrieval outage or a refused query must not kill a rollout batch: the episode goes on
                     # with a "search failed" block, and the failure is counted.
-                    docs = [SEARCH_FAILED.format(reason=str(answer)[:200] or type(answer).__name__)]
+                    reason = str(answer)[:200] or type(answer).__name__
+                    feedback = protocol.message_block(SEARCH_FAILED.format(reason=reason), after=actions[i])
                     ep.search_errors += 1
                 else:
-                    docs = self._block_texts(qs, answer)
+                    entries = self._block_texts(qs, answer)
+                    feedback = (
+                        protocol.documents_block(entries, after=actions[i])
+                        if entries
+                        else protocol.message_block(NOTHING_FOUND, after=actions[i])
+                    )
                     ep.cost += sum(p.cost for hits in answer for p in hits)
                     ep.unknown_models += sum(p.id == UNROUTED for hits in answer for p in hits)
                     if self.process_weight > 0:
                         ep.gold_hits += self._new_evidence(ep, qs, answer)
-                feedback = format_documents(docs, after=actions[i])
                 ep.solution += feedback
                 outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1])
         return [o for o in outcomes if o is not None]
@@ -189,12 +219,13 @@ class SearchEnvironment:
         return ep.label is not None and documents_contain(fresh, evidence_golds(as_golds(ep.label)))
 
     def _block_texts(self, queries: list[str], results: list[list[Passage]]) -> list[str]:
-        """The entries of one documents block. One query per block (R1-Searcher): the numbered passages.
+        """The entries of one documents block (none: nothing found). One query per block: the passages, as the
+        protocol writes one.
         Multi-query mode (RAG-R1): one entry per query, the query and then its own documents as `Doc i:`,
         each query's documents cut to the token budget on their own, so one query cannot crowd out another."""
         budget = self.config.max_tokens_per_query
         if self.config.max_queries_per_block == 1:
-            return self._within([r1_text(p) for p in results[0]], budget) or [NOTHING_FOUND]
+            return self._within([self.protocol.passage_entry(p) for p in results[0]], budget)
         entries = []
         for query, found in zip(queries, results, strict=True):
             docs = self._within([f"Doc {j}: {r1_text(p)}" for j, p in enumerate(found, start=1)], budget)
@@ -235,6 +266,8 @@ class SearchEnvironment:
             search_capped=float(ep.capped),
             budget_cut=float(budget_cut),
         )
+        if self.protocol.INVALID_ACTION is not None:
+            logs.update(invalid_actions=float(ep.invalid_actions))
         if self.reward is not None and self.process_weight > 0:
             violated = logs.get("format_ok", 0.0) < 1.0
             ep.process_reward = process_reward(

@@ -36,12 +36,15 @@ ALGORITHMS: dict[str, dict[str, FlagValue]] = {
     },
     # GRPO as Search-R1's GRPO script runs it on verl: group-normalised advantages (OpenRLHF's group_norm: the
     # group's mean subtracted, divided by its std) over 5 samples per prompt, lr 1e-6 with a warm-up over 28.5 %
-    # of the steps, and the KL to the reference as a loss (k3, verl's low_var_kl) at 0.001, not in the reward.
+    # of the steps and constant after it (verl's warmup_style constant), the entropy bonus at verl's 0.001, and
+    # the KL to the reference as a loss (k3, verl's low_var_kl) at 0.001, not in the reward.
     "grpo": {
         "algo.advantage.estimator": "group_norm",
         "rollout.n_samples_per_prompt": 5,
         "actor.adam.lr": 1.0e-6,
         "actor.lr_warmup_ratio": 0.285,
+        "actor.lr_scheduler": "constant_with_warmup",
+        "actor.entropy_coef": 0.001,
         "algo.kl.use_loss": True,
         "algo.kl.estimator": "k3",
         "algo.kl.init_coef": 0.001,

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS
-from searchrl.reward.spec import RewardSpec
+from searchrl.protocols import DEFAULT_PROTOCOL, ProtocolName
+from searchrl.reward.spec import RewardSpec, protocol_of
 from searchrl.stage.algorithms import ALGORITHMS
 from searchrl.stage.prompt import StagePrompt
 from searchrl.stage.schedules import FORCED, SCHEDULES
@@ -29,7 +30,14 @@ FlagValue = bool | int | float | str | list[str] | list[int] | list[float] | Non
 
 
 # Command-line stage names and their configs; `rag_r1` is stage 2 with RAG-R1's multi-query search.
-STAGES = {"stage1": "stage1_format", "stage2": "stage2_answer", "router_r1": "router_r1", "rag_r1": "rag_r1"}
+# `search_r1` is Search-R1's recipe: stage 2's agent and data in its protocol, its reward, its algorithm.
+STAGES = {
+    "stage1": "stage1_format",
+    "stage2": "stage2_answer",
+    "router_r1": "router_r1",
+    "rag_r1": "rag_r1",
+    "search_r1": "search_r1",
+}
 # The folder holding a stage's agent file and data preparation, where it is not named after the stage.
 STAGE_PACKAGES = {"router_r1": "stage_router_r1"}
 
@@ -104,6 +112,13 @@ class EpisodeConfig(Strict):
         description="each query's documents cut to this many tokens of the policy's tokenizer (words where the "
         "environment has none), each query on its own (RAG-R1); None = uncut",
     )
+    max_turns: int | None = Field(
+        None,
+        ge=0,
+        description="Search-R1's turn limit: after this many turns that searched (or wrote an invalid action), one "
+        "last segment is generated and its search, if any, is not run; None: max_searches alone caps the episode, "
+        "a search over it ending the episode unanswered (R1-Searcher)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -134,6 +149,9 @@ class StageConfig(Strict):
     model: str = Field(description="path of a configs/models/*.yaml file")
     init_from: str | None = Field(None, description="a stage config whose final checkpoint is the starting policy")
     reward: RewardSpec
+    protocol: ProtocolName = Field(
+        DEFAULT_PROTOCOL, description="the tag protocol the policy, the environment and the reward speak"
+    )
     episode: EpisodeConfig = EpisodeConfig()
     search: StageSearchConfig = StageSearchConfig()
     reward_server: RewardServerConfig = RewardServerConfig()
@@ -163,17 +181,29 @@ class StageConfig(Strict):
     def _flag_names(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
         return flag_names_without_dashes(flags)
 
-    @field_validator("reward")
-    @classmethod
-    def _one_protocol(cls, reward: RewardSpec) -> RewardSpec:
-        # A run speaks one tag protocol: the agent writes R1-Searcher's, and Search-R1's rewards read its own tags.
-        if reward.search_r1:
+    @model_validator(mode="after")
+    def _one_protocol(self) -> StageConfig:
+        # A run speaks one tag protocol: the agent writes it, the environment answers in it, the reward reads it.
+        if self.reward.protocol != self.protocol:
+            fitting = [
+                f for f in get_args(RewardSpec.model_fields["formula"].annotation) if protocol_of(f) == self.protocol
+            ]
             raise ValueError(
-                f"formula {reward.formula}: Search-R1's reward reads Search-R1's tags, and a stage's agent speaks "
-                "R1-Searcher's protocol; serve it for a Search-R1 run with `searchrl reward serve --preset "
-                "search-r1-em` (or search-r1-em-format)"
+                f"protocol: {self.protocol}, and reward.formula {self.reward.formula} reads {self.reward.protocol}'s "
+                f"tags: set `protocol={self.reward.protocol}`, or a formula that reads {self.protocol}'s "
+                f"({', '.join(fitting)})"
             )
-        return reward
+        if self.protocol == "r1-searcher" and self.episode.max_turns is not None:
+            raise ValueError("episode.max_turns: Search-R1's turn limit; R1-Searcher's episodes use max_searches")
+        if self.protocol != "r1-searcher":
+            if self.episode.max_queries_per_block > 1:
+                raise ValueError(
+                    f"episode.max_queries_per_block: several queries a search (RAG-R1's) speak R1-Searcher's tags; "
+                    f"set it to 1 with protocol {self.protocol}"
+                )
+            if self.search.backend == "router":
+                raise ValueError(f"search.backend router: LLM routing speaks R1-Searcher's tags, not {self.protocol}")
+        return self
 
 
 def flag_names_without_dashes(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:

@@ -8,7 +8,7 @@ import json
 from typing import Any, Protocol
 
 from searchrl.hub import load_tokenizer as load_hub_tokenizer
-from searchrl.protocols.r1_searcher import THINK_OPEN
+from searchrl.protocols import get_protocol, r1_searcher
 from searchrl.stage.config import ModelConfig, StageConfig
 from searchrl.stage.prompt import pool_listing
 
@@ -17,11 +17,17 @@ class ChatTokenizer(Protocol):
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
 
 
-def render_prompt(model: ModelConfig, question: str, tokenizer: ChatTokenizer | None = None) -> str:
-    """The full prompt for one question; it always ends with `<think>`, which the model closes.
+def render_prompt(
+    model: ModelConfig,
+    question: str,
+    tokenizer: ChatTokenizer | None = None,
+    prompt_end: str | None = r1_searcher.PROMPT_END,
+) -> str:
+    """The full prompt for one question; it ends with `prompt_end` (R1-Searcher's `<think>`, which the model
+    closes; None for a protocol whose policy opens its own, as Search-R1's).
 
     Base models fill the plain template. Chat models need the tokenizer, whose own chat template
-    wraps the system message and the user turn; the assistant turn then opens with `<think>`.
+    wraps the system message and the user turn; the assistant turn then opens with `assistant_prefix`.
     """
     question = question.strip()
     if model.kind == "base":
@@ -35,9 +41,14 @@ def render_prompt(model: ModelConfig, question: str, tokenizer: ChatTokenizer | 
         messages = [*system, {"role": "user", "content": model.user.replace("{question}", question)}]
         prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         prompt += model.assistant_prefix
-    if not prompt.rstrip().endswith(THINK_OPEN):
-        raise ValueError(f"model {model.name!r}: the rendered prompt must end with {THINK_OPEN}")
+    if prompt_end is not None and not prompt.rstrip().endswith(prompt_end):
+        raise ValueError(f"model {model.name!r}: the rendered prompt must end with {prompt_end}")
     return prompt
+
+
+def prompt_end(stage: StageConfig) -> str | None:
+    """What every prompt of the stage's protocol ends with (render_prompt's check)."""
+    return get_protocol(stage.protocol).PROMPT_END
 
 
 def load_tokenizer(model: ModelConfig) -> Any:
@@ -55,10 +66,18 @@ def template_fingerprint(model: ModelConfig) -> str:
 def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
     """The model config whose prompt the stage's policy sees: the stage's prompt, when it has one, with the
     pool filled in ({models}: the listing, {names}: the names, comma-separated) and the episode's multi-query
-    settings ({max_queries}, {separator}); the model config unchanged otherwise."""
+    settings ({max_queries}, {separator}); without one, the instruction of the stage's protocol where it has its own
+    (Search-R1's); the model config unchanged otherwise."""
     prompt = stage.prompt
     if prompt is None:
-        return model
+        # A protocol's own instruction (Search-R1's), sent as its trainer sends it: plain text to a base model, the
+        # user turn to a chat one, after the tokenizer's default system message, with nothing after the marker.
+        instruction = get_protocol(stage.protocol).PROMPT
+        if instruction is None:
+            return model
+        if model.kind == "base":
+            return model.model_copy(update={"template": instruction})
+        return model.model_copy(update={"system": None, "user": instruction, "assistant_prefix": ""})
     text = "".join(t or "" for t in (prompt.base, prompt.system, prompt.user))
     listing, names = "", ""
     if "{models}" in text or "{names}" in text:
