@@ -159,3 +159,21 @@ def test_rebuilt_warm_start_copies_as_well_as_the_shipped_one(tmp_path):
     for key in ("names_rate", "doc_city"):
         assert abs(rebuilt["probe"][key] - shipped["probe"][key]) <= 0.15, (key, rebuilt["probe"], shipped["probe"])
     assert rebuilt["probe"]["names_rate"] >= 0.5 and 0.1 <= rebuilt["probe"]["doc_city"] <= 0.4
+
+
+def test_the_hash_reads_the_protocol_functions_the_tiny_policy_calls_and_nothing_else_of_the_module(tmp_path):
+    """A function added to R1-Searcher's module (the protocol interface grows) leaves the warm start fresh; a change to
+    one the curriculum or probe calls makes it stale, wherever in the file it sits."""
+    from searchrl.paths import ROOT
+    from searchrl.rehearsal.warm_start import protocol_sources
+
+    source = (ROOT / "searchrl/protocols/r1_searcher.py").read_text(encoding="utf-8")
+    grown = tmp_path / "grown.py"
+    grown.write_text("def added() -> int:\n    return 1\n\n\n" + source, encoding="utf-8")
+    assert protocol_sources(grown) == protocol_sources()
+    changed = tmp_path / "changed.py"
+    changed.write_text(
+        source.replace('body = "".join(f"({i}){p}\\n"', 'body = "".join(f"[{i}]{p}\\n"'), encoding="utf-8"
+    )
+    assert changed.read_text(encoding="utf-8") != source
+    assert protocol_sources(changed) != protocol_sources()

@@ -11,8 +11,8 @@ starts from is always the one its inputs make.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
-import inspect
 import json
 import shutil
 import sys
@@ -49,13 +49,20 @@ INPUTS = (
 # without making the warm start stale.
 PROTOCOL_TAGS = ("THINK_OPEN", "THINK_CLOSE", "BEGIN_QUERY", "END_QUERY", "BEGIN_DOCS", "END_DOCS", "ANSWER_OPEN",
                  "ANSWER_CLOSE")  # fmt: skip
-PROTOCOL_CALLS = (
-    r1_searcher.format_documents,
-    r1_searcher.extract_answer,
-    r1_searcher._last_answer,
-    r1_searcher.last_query,
-    r1_searcher.clean_query,
-)
+PROTOCOL_CALLS = ("format_documents", "extract_answer", "_last_answer", "last_query", "clean_query")
+
+
+def protocol_sources(path: Path = ROOT / "searchrl/protocols/r1_searcher.py") -> list[str]:
+    """The source of each function in PROTOCOL_CALLS, read from the file as it is now (`inspect.getsource` reads
+    the file at the line a loaded module recorded, which is wrong once the file has been edited)."""
+    text = path.read_text(encoding="utf-8")
+    found = {
+        n.name: ast.get_source_segment(text, n) or "" for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)
+    }
+    missing = [name for name in PROTOCOL_CALLS if name not in found]
+    if missing:
+        raise ValueError(f"{path}: no function {', '.join(missing)}: update warm_start.PROTOCOL_CALLS")
+    return [found[name] for name in PROTOCOL_CALLS]
 
 
 def inputs_hash(seed: int = Recipe().seed) -> str:
@@ -63,8 +70,8 @@ def inputs_hash(seed: int = Recipe().seed) -> str:
     for path in INPUTS:
         h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     h.update(json.dumps({name: getattr(r1_searcher, name) for name in PROTOCOL_TAGS}).encode())
-    for fn in PROTOCOL_CALLS:
-        h.update(inspect.getsource(fn).encode())
+    for source in protocol_sources():
+        h.update(source.encode())
     return h.hexdigest()[:16]
 
 
