@@ -440,3 +440,13 @@ def test_a_ray_start_that_keeps_failing_is_an_error_that_shows_its_log(tmp_path)
     with pytest.raises(RuntimeError, match="(?s)ray start exited with 1.*GCS did not start"):
         head.wait(timeout_s=60)
     assert head.starts == 3
+
+
+def test_train_takes_search_r1_from_the_warm_start_and_names_the_stages_it_takes(tmp_path):
+    from searchrl.config import ConfigError
+    from searchrl.rehearsal.training import FROM_WARM_START, checked_request
+
+    stage, out, pretrain = checked_request("search_r1", 1, None, tmp_path, None)
+    assert stage == "search_r1" and stage in FROM_WARM_START and pretrain is None
+    with pytest.raises(ConfigError, match=r"--train rehearses stage1, stage2, search_r1 \(got rag_r1\)"):
+        checked_request("rag_r1", 1, None, tmp_path, None)

@@ -106,7 +106,7 @@ def _prepare(
     return data, rec
 
 
-def _stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
+def stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
     """For a chat policy whose tokenizer cannot be fetched here, a copy of its model config rendering the
     chat prompts with a tiny ChatML tokenizer (the job's engine replays recordings anyway); None when the
     policy is not a chat model or its tokenizer loads."""
@@ -151,7 +151,7 @@ def episode_overrides(
     data, its scale, its folders), the stage's router config (None unless it routes) and the recordings file."""
     base = plan_stage(stage_name, model, ["init_from=null", *overrides])
     model_config = str(base["stage"].model)
-    if model is None and (stand_in := _stand_in_chat_model(model_config, stage_dir)) is not None:
+    if model is None and (stand_in := stand_in_chat_model(model_config, stage_dir)) is not None:
         model = model_config = stand_in
     router = base["stage"].search.router if base["stage"].search.backend == "router" else None
     package = stage_package(base["stage"].stage)

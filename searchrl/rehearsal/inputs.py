@@ -93,13 +93,18 @@ def stage_questions(stage: str, count: int) -> list[dict[str, Any]]:
     return [real[i // 2 % len(real)] if i % 2 == 0 else people[i // 2 % len(people)] for i in range(count)]
 
 
-def prepare_prompts(stage: str, model_config: str, count: int, out_dir: Path) -> Path:
-    """The stage's prompt dataset, made by the stage's own data preparation."""
+def prepare_prompts(
+    stage: str, model_config: str, count: int, out_dir: Path, package: str | None = None, config: Path | None = None
+) -> Path:
+    """The stage's prompt dataset, made by the stage's own data preparation (`package`'s, default the stage's), with
+    the stage config's own prompt or protocol when `config` is given."""
     questions = out_dir / "questions.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in stage_questions(stage, count)), encoding="utf-8")
     data = out_dir / "prompts.jsonl"
-    cmd = [sys.executable, "-m", f"{stage_package(stage)}.prepare_data", "--input", str(questions), "--out", str(data)]
+    module = f"{package or stage_package(stage)}.prepare_data"
+    cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
     cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
+    cmd += ["--config", str(config)] if config is not None else []
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")

@@ -37,14 +37,19 @@ from searchrl.job.readiness import readiness
 from searchrl.paths import ROOT
 from searchrl.process import free_port, start_module, stop
 from searchrl.rehearsal.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
+from searchrl.rehearsal.episodes import stand_in_chat_model
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_prompts, rehearsal_index
 from searchrl.rehearsal.ray_head import RayHead
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
-from searchrl.stage.config import STAGES
+from searchrl.stage.config import STAGES, stage_config_file, stage_package
 from searchrl.stage.schedules import gpus_needed
 
 TRAIN_DIR = REHEARSAL_DIR / "train"
 ENTRY = "openrlhf.cli.train_ppo_ray"
+# The stage configs --train runs, and those that start from the tiny policy's warm start (stage 2 starts from stage
+# 1's checkpoint; Search-R1's recipe from the base policy, as its scripts do).
+TRAINABLE = ("stage1_format", "stage2_answer", "search_r1")
+FROM_WARM_START = ("stage1_format", "search_r1")
 # The tiny policy's learning rate (R1-Searcher's 7B policies: 2e-6). At 1e-3 stage 1 learns the format as fast
 # but wears off the warm start's copying (queries naming the person 0.5 -> 0.04-0.10), so stage 2 cannot learn.
 DEFAULT_LR = 3e-4
@@ -319,8 +324,10 @@ def checked_request(
     stage = STAGES[stage_name]
     if crash_after_step is not None and not 1 <= crash_after_step < steps:
         raise ConfigError(f"--crash-after-step {crash_after_step}: must be at least 1 and below --steps ({steps})")
-    if stage not in ("stage1_format", "stage2_answer"):
-        raise ConfigError(f"--train rehearses stage1 and stage2 (got {stage_name})")
+    if stage not in TRAINABLE:
+        raise ConfigError(
+            f"--train rehearses {', '.join(k for k, v in STAGES.items() if v in TRAINABLE)} (got {stage_name})"
+        )
     out = (out or TRAIN_DIR).resolve()
     pretrain = pretrain.resolve() if pretrain is not None else None
     if pretrain is not None and not (pretrain / "config.json").is_file():
@@ -337,7 +344,7 @@ def checked_request(
 def starting_policy(stage: str, out: Path, pretrain: Path | None) -> list[str]:
     """The overrides that name the policy: stage 1 from the warm start, stage 2 from stage 1's final checkpoint
     (through its resolved config, as a real stage 2 starts), either from --pretrain when given."""
-    if stage == "stage1_format" and pretrain is None:
+    if stage in FROM_WARM_START and pretrain is None:
         pretrain = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True))
     if pretrain is not None:
         return [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
@@ -363,11 +370,24 @@ def set_up(
     _clean(work / "crash_resume.sync.jsonl")
     start = starting_policy(stage, out, pretrain)
     base = plan_stage(stage_name, model, [*start, *overrides])
+    if model is None and (stand_in := stand_in_chat_model(str(base["stage"].model), work)) is not None:
+        # A chat policy's tokenizer is not here (search_r1's Qwen2.5-3B): its prompts rendered with a ChatML one.
+        model = stand_in
+        base = plan_stage(stage_name, model, [*start, *overrides])
     cpu = cpu_overrides(base["flags"], lr)
     prompts_per_step = next(o.value for o in cpu if o.flag == "rollout.batch_size")
     samples = next(o.value for o in cpu if o.flag == "rollout.n_samples_per_prompt")
     pool = prompt_pool(base["flags"])
-    data = prepare_prompts(stage, str(base["stage"].model), round(steps * prompts_per_step * pool), work)
+    stage_cfg = base["stage"]
+    own_prompt = stage_cfg.prompt is not None or stage_cfg.protocol != "r1-searcher"
+    data = prepare_prompts(
+        stage,
+        str(model or stage_cfg.model),
+        round(steps * prompts_per_step * pool),
+        work,
+        package=stage_package(stage_cfg.stage),
+        config=stage_config_file(stage_name) if own_prompt else None,
+    )
     episodes = (
         f"--steps {steps}: one pass over {steps} rollout batches"
         if pool == 1
@@ -556,6 +576,7 @@ def summary_record(
     job_log = run.work / "job.log"
     return {
         "stage": run.stage,
+        "protocol": plan["stage"].protocol,
         "entry": ENTRY,
         "async": bool(plan["flags"].get("train.async_enable")),
         "partial_rollout": bool(plan["flags"].get("train.partial_rollout_enable")),
