@@ -109,6 +109,7 @@ def test_bad_backend_names_the_choices():
     assert serve_parser().parse_args(["--index", "x"]).encoder_backend == "auto"
 
 
+@pytest.mark.slow  # 33 s of the suite; CI keeps checking the vectors per profile (test_onnx_vectors_equal_...)
 def test_an_index_built_with_onnx_ranks_as_one_built_with_pytorch(tmp_path):
     # Half the fixture corpus: two encoders over all of it took 40 s of the suite's 10 minutes.
     corpus = tmp_path / "passages.jsonl"

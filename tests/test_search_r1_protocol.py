@@ -226,13 +226,13 @@ def test_the_preflight_refuses_a_reward_server_that_reads_another_protocol(tmp_p
     assert not checks["reward spec equal"].ok
 
 
-def test_retrieve_takes_a_whole_turn_of_search_r1s_grpo_trainer_in_one_post():
+def test_retrieve_takes_a_whole_turn_of_search_r1s_grpo_trainer_in_one_post(servers):
     """512 prompts x 5 samples: 2,560 queries in one POST pass the count limit (the request fails on its top-k,
     checked after the count, so nothing is searched); over the limit, the error names the field and the limit."""
     queries = [f"query number {i}" for i in range(2560)]
-    with serve(create_search_app(ServerConfig(index_dir=fixture_index()))) as url:
-        turn = httpx.post(f"{url}/retrieve", json={"queries": queries, "topk": 0}, timeout=60)
-        over = httpx.post(f"{url}/retrieve", json={"queries": queries * 2, "topk": 3}, timeout=60)
+    url, _ = servers
+    turn = httpx.post(f"{url}/retrieve", json={"queries": queries, "topk": 0}, timeout=60)
+    over = httpx.post(f"{url}/retrieve", json={"queries": queries * 2, "topk": 3}, timeout=60)
     assert turn.status_code == 422 and turn.json()["field"] == "topk", turn.json()
     assert over.status_code == 422 and over.json()["field"] == "queries"
     assert "5120 queries is over the limit of 4096" in over.json()["detail"]
