@@ -58,11 +58,13 @@ def stage_config(servers, *overrides: str):
 
 
 class Script:
-    """Steers the random model: segment i (the number of documents blocks so far) is forced to
-    `segments[i]` token by token, then EOS. The forward pass, sampling and stop handling are real."""
+    """Steers the random model: segment i (the number of documents blocks so far, or what `turn` counts in the text
+    after the prompt) is forced to `segments[i]` token by token, then EOS. The forward pass, sampling and stop
+    handling are real."""
 
-    def __init__(self, tokenizer, prompt: str, segments: list[str]) -> None:
+    def __init__(self, tokenizer, prompt: str, segments: list[str], turn=lambda observed: observed.count(BEGIN_DOCS)):
         self.tok = tokenizer
+        self.turn = turn
         self.prompt_len = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
         self.segments = [
             tokenizer(s, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for s in segments
@@ -70,7 +72,7 @@ class Script:
 
     def __call__(self, prompt_token_ids: list[int]) -> list:
         observed = self.tok.decode(prompt_token_ids[self.prompt_len :])
-        target = self.segments[min(observed.count(BEGIN_DOCS), len(self.segments) - 1)]
+        target = self.segments[min(self.turn(observed), len(self.segments) - 1)]
         start = len(prompt_token_ids)
 
         def force(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,6 @@ import json
 
 import httpx
 import pytest
-import torch
 
 from reward_server.app import ServerSettings, create_app
 from search_backend.serve.app import ServerConfig
@@ -25,6 +24,7 @@ from searchrl.stage.config import load_stage
 from searchrl.stage.templates import effective_model, prompt_end, render_prompt
 from searchrl.tiny_policy.model import build_model, build_tokenizer
 from tests.conftest import FIXTURES, ROOT, serve
+from tests.test_agent import Script
 from tests.test_search_fixtures import fixture_index
 
 STAGE = ROOT / "configs/stages/search_r1.yaml"
@@ -63,30 +63,9 @@ def stage_config(servers, *overrides: str):
     return stage, effective_model(model_cfg, stage)
 
 
-class Script:
-    """Steers the random model: turn i (documents blocks plus invalid-action answers so far) is forced to
-    `segments[i]` token by token, then EOS. The forward pass, sampling and stop handling are real."""
-
-    def __init__(self, tokenizer, prompt: str, segments: list[str]) -> None:
-        self.tok = tokenizer
-        self.prompt_len = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        self.segments = [
-            tokenizer(s, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for s in segments
-        ]
-
-    def __call__(self, prompt_token_ids: list[int]) -> list:
-        observed = self.tok.decode(prompt_token_ids[self.prompt_len :])
-        turn = observed.count(search_r1.DOCUMENTS_OPEN) + observed.count("My previous action is invalid")
-        target = self.segments[min(turn, len(self.segments) - 1)]
-        start = len(prompt_token_ids)
-
-        def force(input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            pos = min(input_ids.shape[1] - start, len(target) - 1)
-            forced = torch.full_like(scores, -float("inf"))
-            forced[:, target[pos]] = 0.0
-            return forced
-
-        return [force]
+def search_r1_turn(observed: str) -> int:
+    """Search-R1's turns so far: documents blocks plus invalid-action answers."""
+    return observed.count(search_r1.DOCUMENTS_OPEN) + observed.count(search_r1.INVALID_ACTION.strip())
 
 
 async def run_episode(stage, model_cfg, tokenizer, segments, label="Nidal Hasan"):
@@ -95,7 +74,7 @@ async def run_episode(stage, model_cfg, tokenizer, segments, label="Nidal Hasan"
     Runtime.install(runtime)
     try:
         prompt = render_prompt(model_cfg, QUESTION, prompt_end=prompt_end(stage))
-        engine = HFEngine(build_model.cached, tokenizer, steer=Script(tokenizer, prompt, segments))
+        engine = HFEngine(build_model.cached, tokenizer, steer=Script(tokenizer, prompt, segments, search_r1_turn))
         params = SamplingParams(temperature=0.0, max_tokens=None)
         result = await executor.execute(prompt, label, params, 4096, tokenizer, engine)
         return prompt, result
