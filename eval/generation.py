@@ -9,13 +9,14 @@ training (`searchrl.rollout.environment`).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from eval.segments import segment_text
 from searchrl.http_transport import RetryPolicy
 from searchrl.openai_client import OpenAIClient, key_from_env
-from searchrl.protocols.r1_searcher import END_QUERY
+from searchrl.protocols import TagProtocol, r1_searcher
 from searchrl.rollout.engines import HFEngine
 from searchrl.rollout.environment import Episode, SearchEnvironment
 
@@ -26,14 +27,26 @@ class GenParams:
     top_p: float = 1.0
     max_tokens: int = 512
     seed: int | None = 0
+    # Where a segment stops (the protocol's search close, and its answer close where it cuts there), and the tag
+    # that opens what each closes.
+    stops: tuple[str, ...] = (r1_searcher.SEARCH_CLOSE,)
+    opens: Mapping[str, str] = field(default_factory=lambda: dict(r1_searcher.STOP_OPENS))
+
+    @classmethod
+    def for_protocol(cls, protocol: TagProtocol, stop_after_answer: bool = False, **kwargs: Any) -> GenParams:
+        return cls(stops=tuple(protocol.stops(stop_after_answer)), opens=dict(protocol.STOP_OPENS), **kwargs)
+
+    def segment(self, choice: Mapping[str, Any]) -> Completion:
+        return Completion(*segment_text(choice, self.stops, self.opens))
 
     def segment_kwargs(self) -> dict[str, Any]:
-        """Sampling arguments for one segment, in vLLM's SamplingParams names: stop on the query tag, keep it."""
+        """Sampling arguments for one segment, in vLLM's SamplingParams names: stop on the protocol's stops, keep
+        them."""
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
-            "stop": [END_QUERY],
+            "stop": list(self.stops),
             "include_stop_str_in_output": True,
             "seed": self.seed,
         }
@@ -77,13 +90,13 @@ class OpenAICompletionsEngine:
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "stop": [END_QUERY],
+            "stop": list(params.stops),
             "include_stop_str_in_output": True,  # vLLM's extension; others ignore it
         }
         if params.seed is not None:
             params_body["seed"] = params.seed
         choice = await self._llm.complete(self.model, prompt, **params_body)
-        return Completion(*segment_text(choice))
+        return params.segment(choice)
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(p, params) for p in prompts)))
@@ -110,11 +123,11 @@ class HFTextEngine:
         model = AutoModelForCausalLM.from_pretrained(path).eval()
         return cls(model, AutoTokenizer.from_pretrained(path), batch_size)
 
-    def _completion(self, text: str, finish_reason: str) -> Completion:
+    def _completion(self, text: str, finish_reason: str, params: GenParams) -> Completion:
         if self.tokenizer.eos_token and text.endswith(self.tokenizer.eos_token):
             text = text[: -len(self.tokenizer.eos_token)]
         # The engine keeps the stop string; with no stop reported, an open query at EOS stays open.
-        return Completion(*segment_text({"text": text, "finish_reason": finish_reason, "stop_reason": None}))
+        return params.segment({"text": text, "finish_reason": finish_reason, "stop_reason": None})
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         from searchrl.rollout.engines import SamplingParams
@@ -128,7 +141,7 @@ class HFTextEngine:
         for prompt in prompts:
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             result = (await self.engine.generate(ids, SamplingParams(**params.segment_kwargs()))).outputs[0]
-            out.append(self._completion(result.text, result.finish_reason))
+            out.append(self._completion(result.text, result.finish_reason, params))
         return out
 
     def _sample_together(self, prompts: list[str], params: GenParams) -> list[Completion]:
@@ -150,7 +163,7 @@ class HFTextEngine:
                 do_sample=sample,
                 temperature=params.temperature if sample else None,
                 top_p=params.top_p if sample else None,
-                stop_strings=[END_QUERY],
+                stop_strings=list(params.stops),
                 tokenizer=tok,
                 pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
                 eos_token_id=tok.eos_token_id,
@@ -160,11 +173,12 @@ class HFTextEngine:
             ended = tok.eos_token_id in row
             row = row[: row.index(tok.eos_token_id) + 1] if ended else row
             text = tok.decode(row, skip_special_tokens=False)
-            stopped = END_QUERY in text
-            if stopped:
-                text = text[: text.index(END_QUERY) + len(END_QUERY)]
-            length = not (ended or stopped) and len(row) >= params.max_tokens
-            out.append(self._completion(text, "length" if length else "stop"))
+            found = [(text.index(stop), stop) for stop in params.stops if stop in text]
+            if found:
+                at, stop = min(found)
+                text = text[: at + len(stop)]
+            length = not (ended or found) and len(row) >= params.max_tokens
+            out.append(self._completion(text, "length" if length else "stop", params))
         return out
 
     async def aclose(self) -> None:
@@ -184,7 +198,7 @@ class VLLMEngine:
 
         sp = SamplingParams(**params.segment_kwargs())
         outputs = await asyncio.to_thread(self.llm.generate, prompts, sp, use_tqdm=False)
-        return [Completion(*segment_text(vars_of(o.outputs[0]))) for o in outputs]
+        return [params.segment(vars_of(o.outputs[0])) for o in outputs]
 
     async def aclose(self) -> None:
         pass

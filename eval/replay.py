@@ -1,5 +1,6 @@
 """The replay policy for evaluation on a CPU: it re-emits a model's recorded trajectories (R1-Searcher's
-released files: `question`, `gen_text_store`) segment by segment, while search runs live.
+released files: `question`, `gen_text_store`; or trajectories in another protocol's tags) segment by segment,
+while search runs live.
 
 The queries are the recorded ones and the answers too, so the scores are the recording's; what runs for
 real is everything else an evaluation does (prompts, environment, search backend, scoring, reports).
@@ -11,24 +12,31 @@ from pathlib import Path
 
 from eval.generation import Completion, GenParams
 from searchrl.jsonl import RecordError, read_jsonl
-from searchrl.protocols.r1_searcher import BEGIN_DOCS
+from searchrl.protocols import TagProtocol, r1_searcher
 from searchrl.rollout.engines import recorded_actions
 
 
 class ReplayTextEngine:
-    def __init__(self, recordings: dict[str, str]) -> None:
-        """`recordings`: rendered prompt -> recorded trajectory (the text after the prompt)."""
-        self.actions = {prompt: recorded_actions(traj) for prompt, traj in recordings.items()}
+    def __init__(self, recordings: dict[str, str], protocol: TagProtocol = r1_searcher) -> None:
+        """`recordings`: rendered prompt -> recorded trajectory (the text after the prompt), in `protocol`'s tags."""
+        self.protocol = protocol
+        self.actions = {prompt: recorded_actions(traj, protocol) for prompt, traj in recordings.items()}
 
     @classmethod
-    def from_file(cls, path: str | Path, render: object, trajectory_key: str = "gen_text_store") -> ReplayTextEngine:
+    def from_file(
+        cls,
+        path: str | Path,
+        render: object,
+        trajectory_key: str = "gen_text_store",
+        protocol: TagProtocol = r1_searcher,
+    ) -> ReplayTextEngine:
         """Recordings from a JSONL file; `render(question)` gives the prompt the run will use."""
         recordings = {}
         for i, row in enumerate(read_jsonl(path), start=1):
             if "question" not in row or trajectory_key not in row:
                 raise RecordError(f"{path}:{i}: a recording needs 'question' and {trajectory_key!r}")
             recordings[render(row["question"])] = row[trajectory_key]  # type: ignore[operator]
-        return cls(recordings)
+        return cls(recordings, protocol)
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         out = []
@@ -37,7 +45,8 @@ class ReplayTextEngine:
             if prompt is None:
                 raise RecordError("--engine replay: a question has no recording (evaluate the recorded questions)")
             steps = self.actions[prompt]
-            out.append(Completion(steps[min(observed[len(prompt) :].count(BEGIN_DOCS), len(steps) - 1)], "stop"))
+            done = observed[len(prompt) :].count(self.protocol.DOCUMENTS_OPEN)
+            out.append(Completion(steps[min(done, len(steps) - 1)], "stop"))
         return out
 
     async def aclose(self) -> None:

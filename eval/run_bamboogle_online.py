@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import ValidationError  # noqa: E402
 
 from eval.resume import web_options  # noqa: E402
-from eval.runner import add_generation_args, episode_from, run_all  # noqa: E402
+from eval.runner import add_generation_args, episode_from, protocol_from, run_all  # noqa: E402
 from search_backend.web import WebSearchBackend, WebSearchConfig  # noqa: E402
 from searchrl.config import ConfigError  # noqa: E402
 from searchrl.jsonl import RecordError  # noqa: E402
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             provider=args.provider,
             base_url=args.provider_url,
             site=args.site or None,
-            top_k=episode_from(args).top_k,
+            top_k=episode_from(args, protocol_from(args)).top_k,
             fetch_pages=args.fetch_pages,
             summarize=args.summarize,
             summarizer_base_url=args.summarizer_url,

@@ -1,8 +1,8 @@
-r"""Evaluate on HotpotQA, 2Wiki, MuSiQue and Bamboogle with a local search backend (R1-Searcher's protocol).
+r"""Evaluate on HotpotQA, 2Wiki, MuSiQue, Bamboogle or Search-R1's seven sets with a local search backend.
 
     python -m eval.run_local --dataset hotpotqa,2wiki,musique,bamboogle | --suite search-r1 [--suite-dir DIR] \
         --model configs/models/X.yaml | --model CHECKPOINT_FOLDER --template base|chat|configs/models/X.yaml \
-        [--stage configs/stages/stage2_answer.yaml] [--engine vllm|openai|hf|replay] \
+        [--stage configs/stages/stage2_answer.yaml | --protocol search-r1] [--engine vllm|openai|hf|replay] \
         [--index DIR | --search-url URL | --search CONFIG.yaml] [--limit N] [--out DIR]
 
 Writes per dataset `<name>.jsonl` (question, gold, trajectory, answer, searches, metrics) and

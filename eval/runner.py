@@ -38,19 +38,26 @@ from searchrl.hub import load_causal_lm
 from searchrl.hub import load_tokenizer as hub_tokenizer
 from searchrl.jsonl import read_jsonl
 from searchrl.metrics import all_metrics, as_golds
-from searchrl.protocols.r1_searcher import parse_solution
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, TagProtocol, get_protocol
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.search.base import SearchBackend
 from searchrl.stage.config import EpisodeConfig, ModelConfig, StageConfig, resolve_model_path
-from searchrl.stage.templates import load_tokenizer, render_prompt
+from searchrl.stage.templates import load_tokenizer, protocol_model, render_prompt
 
-# R1-Searcher's evaluation protocol: top-5 passages, up to 16 searches (training uses 3 and 8).
-EVAL_EPISODE = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
+# Each protocol's evaluation as its authors ran it. R1-Searcher's: top-5 passages, up to 16 searches (training uses
+# 3 and 8). Search-R1's (scripts/nq_hotpotqa/evaluate.sh): top-3, 4 turns that may search and a last one that may
+# not, 500 tokens a turn (training uses 2 turns).
+EVAL_EPISODES: dict[str, dict[str, Any]] = {
+    "r1-searcher": {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512},
+    "search-r1": {"top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500},
+}
+EVAL_EPISODE = EVAL_EPISODES[DEFAULT_PROTOCOL]
 # Command-line flag -> episode key; the episode keys an evaluation honours.
 EPISODE_FLAGS = {
     "top_k": "top_k",
     "max_searches": "max_searches",
+    "max_turns": "max_turns",
     "segment_tokens": "max_segment_tokens",
     "max_queries_per_block": "max_queries_per_block",
     "query_separator": "query_separator",
@@ -83,6 +90,7 @@ class Run:
     allow_search_errors: bool = False
     question_field: str = "question"
     answer_field: str | None = None
+    protocol: TagProtocol = field(default_factory=lambda: get_protocol(DEFAULT_PROTOCOL))
 
 
 def add_generation_args(p: argparse.ArgumentParser) -> None:
@@ -113,10 +121,22 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="for --engine openai (e.g. `vllm serve`)")
     g.add_argument("--served-model", default=None, help="model name at the endpoint (default: the model path)")
     g.add_argument("--recordings", default=None, help="for --engine replay: JSONL with question, gen_text_store")
-    e = p.add_argument_group("episode (default: R1-Searcher's evaluation protocol, or the --stage config's)")
-    e.add_argument("--top-k", type=int, default=None, help="passages per search (default 5)")
-    e.add_argument("--max-searches", type=int, default=None, help="searches per question (default 16)")
-    e.add_argument("--segment-tokens", type=int, default=None, help="tokens per generation segment (default 512)")
+    e = p.add_argument_group("episode (default: the protocol's evaluation as its authors ran it, or the --stage's)")
+    e.add_argument(
+        "--protocol",
+        choices=PROTOCOL_NAMES,
+        default=None,
+        help="the tag protocol the model speaks: its prompt, tags, answer extraction and evaluation settings "
+        f"(default: the --stage's, else {DEFAULT_PROTOCOL})",
+    )
+    e.add_argument("--top-k", type=int, default=None, help="passages per search (default 5; search-r1: 3)")
+    e.add_argument("--max-searches", type=int, default=None, help="searches per question (default 16; search-r1: 4)")
+    e.add_argument(
+        "--max-turns", type=int, default=None, help="search-r1: turns that may search before the last (default 4)"
+    )
+    e.add_argument(
+        "--segment-tokens", type=int, default=None, help="tokens per generation segment (default 512; search-r1: 500)"
+    )
     e.add_argument("--max-queries-per-block", type=int, default=None, help="multi-query mode: queries per block")
     e.add_argument("--query-separator", default=None, help="multi-query mode: separator (default ||)")
     r = p.add_argument_group("run")
@@ -149,9 +169,21 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     j.add_argument("--judge-cache", type=Path, default=DEFAULT_CACHE, help="verdict cache shared by runs (SQLite)")
 
 
-def episode_from(args: argparse.Namespace) -> EpisodeConfig:
-    """The stage config's episode section when given (else R1-Searcher's evaluation protocol), then flags."""
-    data: dict[str, Any] = dict(EVAL_EPISODE)
+def protocol_from(args: argparse.Namespace) -> str:
+    """--protocol, else the --stage's, else the default; a --stage of another protocol is refused."""
+    staged = load(StageConfig, args.stage).protocol if args.stage else None
+    if args.protocol and staged and args.protocol != staged:
+        raise ConfigError(
+            f"--protocol {args.protocol}: the --stage {args.stage} speaks {staged}; drop one of the two "
+            "(a run speaks one protocol)"
+        )
+    return args.protocol or staged or DEFAULT_PROTOCOL
+
+
+def episode_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> EpisodeConfig:
+    """The stage config's episode section when given (else the protocol's evaluation as its authors ran it), then
+    flags."""
+    data: dict[str, Any] = dict(EVAL_EPISODES[protocol])
     if args.stage:
         data = load(StageConfig, args.stage).episode.model_dump(include=set(EPISODE_FLAGS.values()))
     for flag, key in EPISODE_FLAGS.items():
@@ -160,7 +192,12 @@ def episode_from(args: argparse.Namespace) -> EpisodeConfig:
     return validate(EpisodeConfig, data, "episode settings")
 
 
-def model_from(args: argparse.Namespace) -> ModelConfig:
+def model_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> ModelConfig:
+    """The model config, under the protocol's own instruction where it has one (Search-R1's)."""
+    return protocol_model(_model_from(args), protocol)
+
+
+def _model_from(args: argparse.Namespace) -> ModelConfig:
     if args.engine == "replay":
         if not args.recordings:
             raise ConfigError("--engine replay: needs --recordings FILE.jsonl (question, gen_text_store)")
@@ -221,14 +258,19 @@ def served_model(base_url: str) -> str | None:
     return models[0]["id"] if isinstance(models, list) and len(models) == 1 and "id" in models[0] else None
 
 
-def make_engine(args: argparse.Namespace, model: ModelConfig, tokenizer: Any) -> TextEngine:
+def make_engine(
+    args: argparse.Namespace, model: ModelConfig, tokenizer: Any, protocol: TagProtocol | None = None
+) -> TextEngine:
+    protocol = protocol or get_protocol(DEFAULT_PROTOCOL)
     if args.engine == "openai":
         name = args.served_model or served_model(args.base_url) or model.model_path
         return OpenAICompletionsEngine(args.base_url, name)
     if args.engine == "hf":
         return HFTextEngine(load_causal_lm(model.model_path), tokenizer or hub_tokenizer(model.tokenizer))
     if args.engine == "replay":
-        return ReplayTextEngine.from_file(args.recordings, lambda q: render_prompt(model, q, tokenizer))
+        return ReplayTextEngine.from_file(
+            args.recordings, lambda q: render_prompt(model, q, tokenizer, protocol.PROMPT_END), protocol=protocol
+        )
     return VLLMEngine(model.model_path)
 
 
@@ -264,6 +306,10 @@ def run_identity(run: Run, args: argparse.Namespace, search_id: dict[str, Any]) 
         "query_separator": ep.query_separator if ep.max_queries_per_block > 1 else None,
         "temperature": run.settings.temperature,
         "search": search_id,
+        # Only when not the default, so that folders written before protocols existed still resume.
+        **(
+            {"protocol": run.protocol.NAME, "max_turns": ep.max_turns} if run.protocol.NAME != DEFAULT_PROTOCOL else {}
+        ),  # fmt: skip
         # Only when set, so that folders written before sampling existed still resume.
         **({"sample": run.settings.sample, "sample_seed": run.settings.sample_seed} if run.settings.sample else {}),
     }
@@ -302,8 +348,14 @@ async def evaluate(
     if redo:
         print(f"[eval] {name}: redoing {redo} questions (cut off, or their searches failed)", file=sys.stderr)
     todo = [q for q in questions if q["idx"] not in done]
-    env = SearchEnvironment(run.search, run.episode)
-    params = GenParams(temperature=run.settings.temperature, max_tokens=run.episode.max_segment_tokens)
+    protocol = run.protocol
+    env = SearchEnvironment(run.search, run.episode, protocol=protocol)
+    params = GenParams.for_protocol(
+        protocol,
+        run.episode.stop_after_answer,
+        temperature=run.settings.temperature,
+        max_tokens=run.episode.max_segment_tokens,
+    )
     started = time.time()
     failed = not_run = 0
     halted = False
@@ -311,17 +363,17 @@ async def evaluate(
     with path.open("a", encoding="utf-8") as fh:
         for start in range(0, len(todo), run.settings.batch_size):
             batch = todo[start : start + run.settings.batch_size]
-            prompts = [render_prompt(run.model, q["question"], run.tokenizer) for q in batch]
+            prompts = [render_prompt(run.model, q["question"], run.tokenizer, protocol.PROMPT_END) for q in batch]
             results = await run_episodes(run.engine, env, prompts, [q["answer"] for q in batch], params)
-            for q, r in zip(batch, results, strict=True):
-                pred = parse_solution(r.episode.solution).answer
+            for q, prompt, r in zip(batch, prompts, results, strict=True):
+                pred = protocol.scored_answer(prompt, r.episode.solution)
                 failed += r.episode.search_errors
                 record = {
                     "idx": q["idx"],
                     "question": q["question"],
                     "answer": q["answer"],
                     "pred_ans": pred or "",
-                    "has_answer": pred is not None,
+                    "has_answer": protocol.policy_answer(r.episode.solution) is not None,
                     "gen_text_store": r.episode.solution,
                     "searches": r.episode.queries,
                     "num_searches": r.episode.num_searches,
@@ -331,6 +383,10 @@ async def evaluate(
                     "judge": None,
                     "judge_model": None,
                 }
+                if protocol.NAME != DEFAULT_PROTOCOL:
+                    # Its answer may be read from the prompt too (Search-R1's EM reads the whole sequence), so the
+                    # record keeps what `eval.score` needs to read it again.
+                    record.update(protocol=protocol.NAME, prompt=prompt, turns=r.episode.turns)
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
             bar.update(len(batch))
@@ -361,8 +417,10 @@ async def evaluate(
         "model_path": run.model.model_path,
         "template": run.model.kind,
         "engine": run.engine_name,
+        "protocol": protocol.NAME,
         "settings": {
             "top_k": run.episode.top_k,
+            "max_turns": run.episode.max_turns,
             "max_searches": run.episode.max_searches,
             "segment_tokens": run.episode.max_segment_tokens,
             "max_queries_per_block": run.episode.max_queries_per_block,
@@ -450,8 +508,9 @@ def run_all(
     Inputs are checked first (model, episode, datasets, the output folder), then `probe` (one search;
     None when it was answered, else why not), and only then is the model loaded."""
     args.engine = resolve_engine(args)
-    model = model_from(args)
-    episode = episode_from(args)
+    protocol_name = protocol_from(args)
+    model = model_from(args, protocol_name)
+    episode = episode_from(args, protocol_name)
     out = args.out or Path("runs/eval") / model.name
     tokenizer = load_tokenizer(model) if model.kind == "chat" else None
     run = Run(
@@ -467,6 +526,7 @@ def run_all(
         allow_search_errors=args.allow_search_errors,
         question_field=args.question_field,
         answer_field=args.answer_field,
+        protocol=get_protocol(protocol_name),
     )
     loaded = {spec: load_questions(spec, run.question_field, run.answer_field) for spec in specs}
     questions = {spec: select(spec, run.settings, rows) for spec, rows in loaded.items()}
@@ -486,7 +546,7 @@ def run_all(
             file=sys.stderr,
         )
         return EXIT_SEARCH_ERRORS
-    run.engine = make_engine(args, model, tokenizer)
+    run.engine = make_engine(args, model, tokenizer, run.protocol)
     run.judge = make_judge(args)
 
     async def go() -> list[dict[str, Any]]:

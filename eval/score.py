@@ -1,7 +1,7 @@
 """`python -m eval.score FILE.jsonl`: EM, cover-EM, F1 and (with a judge key) ACC_L of a result file.
 
 Without --pred-key the answer is read from the trajectory with the protocol parser, exactly as
-the rewards read it.
+the rewards read it: R1-Searcher's, or the protocol a record names (Search-R1's reads its prompt too).
 """
 
 from __future__ import annotations
@@ -13,7 +13,18 @@ from typing import Any
 
 from searchrl.jsonl import RecordError, field, read_jsonl
 from searchrl.metrics import all_metrics, as_golds
-from searchrl.protocols.r1_searcher import extract_answer
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+
+
+def read_answer(record: dict[str, Any], trajectory_key: str, where: str) -> tuple[str | None, bool]:
+    """The answer the record's protocol scores, and whether the policy wrote one. A record names its protocol when it
+    is not R1-Searcher's, with the prompt that protocol's metric may read (eval.runner writes both)."""
+    name = record.get("protocol", DEFAULT_PROTOCOL)
+    if name not in PROTOCOLS:
+        raise RecordError(f"{where}: protocol {name!r}: not one of {', '.join(PROTOCOLS)}")
+    protocol, solution = PROTOCOLS[name], str(field(record, trajectory_key, where))
+    wrote = protocol.policy_answer(solution) is not None
+    return protocol.scored_answer(str(record.get("prompt", "")), solution), wrote
 
 
 def score_file(
@@ -32,8 +43,8 @@ def score_file(
             prediction = field(record, pred_key, where)
             prediction = "" if prediction is None else str(prediction)
         else:
-            extracted = extract_answer(str(field(record, trajectory_key, where)))
-            no_answer += extracted is None
+            extracted, wrote = read_answer(record, trajectory_key, where)
+            no_answer += not wrote
             prediction = extracted or ""
         for name, value in all_metrics(prediction, golds).items():
             totals[name] += value

@@ -1,18 +1,18 @@
-"""One generation segment from an OpenAI-compatible `/completions` choice, normalised to the tag protocol.
+"""One generation segment from an OpenAI-compatible `/completions` choice, normalised to the run's tag protocol.
 
 Endpoints disagree on the stop string: `vllm serve` honours `include_stop_str_in_output` (the text
-already ends with `<|end_of_query|>`) and names it in `stop_reason`; SGLang names it in `matched_stop`;
-OpenAI-style servers drop it and say only `finish_reason: "stop"`; some ignore `stop` and run on.
-Whatever the endpoint did, the segment handed to the environment ends with exactly one
-`<|end_of_query|>` when generation stopped on it, and never otherwise.
+already ends with the stop, `<|end_of_query|>` in R1-Searcher's protocol) and names it in `stop_reason`; SGLang
+names it in `matched_stop`; OpenAI-style servers drop it and say only `finish_reason: "stop"`; some ignore `stop`
+and run on. Whatever the endpoint did, the segment handed to the environment ends with exactly one stop string
+when generation stopped on it, and never otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from searchrl.protocols.r1_searcher import BEGIN_QUERY, END_QUERY
+from searchrl.protocols import r1_searcher
 
 # Fields in which endpoints report the stop string that ended generation (vLLM, SGLang).
 STOP_FIELDS = ("stop_reason", "matched_stop")
@@ -26,23 +26,29 @@ def stopped_on(choice: Mapping[str, Any]) -> tuple[bool, Any]:
     return False, None
 
 
-def segment_text(choice: Mapping[str, Any]) -> tuple[str, str]:
-    """The segment's text, closed with one `<|end_of_query|>` when it stopped on one, and its finish
-    reason, `"stop"` or `"length"`."""
+def segment_text(
+    choice: Mapping[str, Any],
+    stops: Sequence[str] = (r1_searcher.SEARCH_CLOSE,),
+    opens: Mapping[str, str] = r1_searcher.STOP_OPENS,
+) -> tuple[str, str]:
+    """The segment's text, closed with one of `stops` when it stopped on one, and its finish reason, `"stop"` or
+    `"length"`. `opens`: each stop and the tag that opens what it closes (the protocol's STOP_OPENS)."""
     text = str(choice.get("text") or "")
     finish = "length" if choice.get("finish_reason") == "length" else "stop"
-    at = text.find(END_QUERY)
-    if at >= 0:
-        # The stop string came back (kept, or the endpoint ignored `stop`): cut after its first
-        # occurrence, as a stop would have.
-        return text[: at + len(END_QUERY)], "stop"
+    found = [(at, stop) for stop in stops if (at := text.find(stop)) >= 0]
+    if found:
+        # A stop string came back (kept, or the endpoint ignored `stop`): cut after the first one, as a stop would.
+        at, stop = min(found)
+        return text[: at + len(stop)], "stop"
     if finish == "length":
         return text, finish
     reported, reason = stopped_on(choice)
     if reported:
         # The endpoint says what stopped it; None or another value is EOS or a different stop, and an
-        # open query then stays open (the format rules judge it) rather than becoming a search.
-        closes = reason == END_QUERY
+        # open action then stays open (the format rules judge it) rather than becoming a search.
+        close = reason if reason in stops else None
     else:
-        closes = BEGIN_QUERY in text
-    return (text + END_QUERY if closes else text), finish
+        # Nothing says which: the stop whose opening tag stands last in the text and is left open.
+        opened = [(text.rfind(opens[stop]), stop) for stop in stops if stop in opens and opens[stop] in text]
+        close = max(opened)[1] if opened else None
+    return text + (close or ""), finish

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from eval.score import read_answer
 from searchrl.jsonl import field, read_jsonl
 from searchrl.metrics import as_golds
-from searchrl.protocols.r1_searcher import extract_answer
 
 
 class Judge(Protocol):
@@ -53,7 +53,7 @@ def needs_verdict(record: dict[str, Any], keys: JudgeKeys, model: str) -> bool:
 
 def prediction(record: dict[str, Any], keys: JudgeKeys, where: str) -> str:
     if keys.pred is None:
-        return extract_answer(str(field(record, keys.trajectory, where))) or ""
+        return read_answer(record, keys.trajectory, where)[0] or ""
     value = field(record, keys.pred, where)
     return "" if value is None else str(value)
 

@@ -114,6 +114,31 @@ def test_segment_text_gives_one_end_tag_whatever_the_endpoint(choice, expected):
 
 
 @pytest.mark.parametrize(
+    "choice, expected",
+    [
+        # Search-R1's stops: `</search>` or `</answer>`, whichever came; dropped ones are put back by the open tag.
+        ({"text": "<think>x</think><search> q</search>", "finish_reason": "stop", "stop_reason": "</search>"}, "s"),
+        ({"text": "<think>x</think><search> q", "finish_reason": "stop", "stop_reason": "</search>"}, "s"),
+        ({"text": "<think>x</think><search> q", "finish_reason": "stop"}, "s"),
+        ({"text": "<think>x</think><answer> y", "finish_reason": "stop"}, "a"),
+        ({"text": "<search> q </search><answer> y </answer>", "finish_reason": "stop"}, "s"),
+        ({"text": "<answer> y </answer> then <search> q </search>", "finish_reason": "stop"}, "a"),
+        ({"text": "<think>x</think><answer> y", "finish_reason": "stop", "matched_stop": "</answer>"}, "a"),
+        ({"text": "<think>x</think><search> q", "finish_reason": "stop", "stop_reason": None}, ""),
+        ({"text": "<think>x</think><search> q", "finish_reason": "length"}, ""),
+        ({"text": "<think>no action</think>", "finish_reason": "stop"}, ""),
+    ],
+)
+def test_segment_text_in_search_r1s_protocol(choice, expected):
+    from searchrl.protocols import search_r1
+
+    text, _ = segment_text(choice, search_r1.stops(False), search_r1.STOP_OPENS)
+    assert search_r1.search_query(text) == ("q" if expected == "s" else None)
+    assert search_r1.answered(text) == (expected == "a")
+    assert text.endswith(("</search>", "</answer>")) == bool(expected)
+
+
+@pytest.mark.parametrize(
     "keep, field",
     [(True, "stop_reason"), (False, "stop_reason"), (True, None), (False, None), (False, "matched_stop")],
 )

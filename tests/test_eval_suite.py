@@ -130,3 +130,86 @@ def test_bad_input_names_the_fix(recordings, mini_index, tmp_path, capsys):
     code = run_local(["--dataset", "bamboogle", "--suite-dir", str(FLASHRAG), "--engine", "replay", "--recordings",
                       str(recordings), "--index", str(mini_index), "--out", str(tmp_path / "p")])  # fmt: skip
     assert code == 2 and "only with --suite" in capsys.readouterr().err
+
+
+# Search-R1-format trajectories, one shape a row: (what the policy writes, the answer Search-R1's EM reads).
+SEARCH_R1_SHAPES = ("clean", "wrong", "no answer", "over the turn limit")
+
+
+def search_r1_trajectory(shape: str, question: str, gold: str) -> str:
+    search = f"<think>I should look this up.</think>\n<search> {question} </search>"
+    # A recorded trajectory keeps the documents it was shown; the replay leaves them out and the run appends its own.
+    shown = "\n\n<information>Doc 1(Title: Old) stale text</information>\n\n"
+    if shape == "clean":
+        return f"{search}{shown}<think>Found it.</think>\n<answer> {gold} </answer>"
+    if shape == "wrong":
+        return f"{search}{shown}<think>Found it.</think>\n<answer> Buzz Aldrin </answer>"
+    if shape == "no answer":
+        return "<think>I cannot tell.</think>"
+    return shown.join([search] * 6)
+
+
+def test_search_r1_checkpoint_evaluated_in_its_own_protocol(mini_index, tmp_path, capsys):
+    """`--protocol search-r1`: its instruction, `<search>` stops, top-3 `Doc i(Title: t)` blocks in `<information>`,
+    4 turns then a last one without search, and the answer its EM reads from the whole sequence, as its code does."""
+    from eval.score import score_file
+    from searchrl.protocols import search_r1
+    from searchrl.reward.search_r1 import em
+
+    recorded, shapes = tmp_path / "search_r1.jsonl", {}
+    with recorded.open("w") as fh:
+        for s in SETS:
+            for i, row in enumerate(rows(s)):
+                q, shape = suites.search_r1_question(row["question"]), SEARCH_R1_SHAPES[i % len(SEARCH_R1_SHAPES)]
+                shapes[q] = shape
+                traj = search_r1_trajectory(shape, q, row["golden_answers"][0])
+                fh.write(json.dumps({"question": q, "gen_text_store": traj}) + "\n")
+    out = tmp_path / "out"
+    args = ["--suite", "search-r1", "--suite-dir", str(FLASHRAG), "--engine", "replay", "--recordings", str(recorded)]
+    assert run_local([*args, "--protocol", "search-r1", "--index", str(mini_index), "--out", str(out)]) == 0, (
+        capsys.readouterr().err[-2000:]
+    )
+    seen, ems = set(), []
+    for s in SETS:
+        summary = json.loads((out / f"{s.name}.summary.json").read_text())
+        assert summary["protocol"] == "search-r1"
+        assert (summary["settings"]["top_k"], summary["settings"]["max_turns"]) == (3, 4)
+        records = [json.loads(line) for line in (out / f"{s.name}.jsonl").open()]
+        for r in records:
+            shape = shapes[r["question"]]
+            seen.add(shape)
+            assert r["prompt"] == search_r1.PROMPT.replace("{question}", r["question"])
+            golds = r["answer"] if isinstance(r["answer"], list) else [r["answer"]]
+            # Scored as Search-R1's qa_em scores the decoded prompt and response.
+            assert suites.squad_exact_match(r["pred_ans"], golds) == em(r["prompt"] + r["gen_text_store"], golds)
+            blocks = search_r1.information_blocks(r["gen_text_store"])
+            assert "stale text" not in r["gen_text_store"]
+            if shape in ("clean", "wrong"):
+                assert r["num_searches"] == 1 and r["has_answer"] and len(blocks) == 1
+                assert [line[:4] for line in blocks[0].splitlines()] == ["Doc ", "Doc ", "Doc "]  # top-3
+                assert r["pred_ans"] == (golds[0] if shape == "clean" else "Buzz Aldrin")
+            elif shape == "no answer":
+                # Told its action is invalid, four times, then the episode ends: the message's own
+                # "<answer> and </answer>" is the last answer in the sequence, and the one scored.
+                assert r["turns"] == 4 and r["gen_text_store"].count("My previous action is invalid") == 4
+                assert (r["pred_ans"], r["has_answer"]) == ("and", False)
+            else:
+                # Four searches run; the fifth turn's is not, and with no answer the instruction's example is read.
+                assert (r["num_searches"], len(blocks), r["turns"]) == (4, 4, 4)
+                assert (r["pred_ans"], r["has_answer"]) == ("Beijing", False)
+        ems.append(summary["suite_em"])
+        assert summary["suite_em"] == pytest.approx(
+            sum(shapes[r["question"]] == "clean" for r in records) / len(records)
+        )
+        # eval.score reads the same answers again from the record (its prompt included).
+        rescored = score_file(str(out / f"{s.name}.jsonl"))
+        assert rescored["no_answer"] == sum(not r["has_answer"] for r in records)
+        assert rescored["em"] == pytest.approx(summary["em"])
+    assert seen == set(SEARCH_R1_SHAPES)
+    assert f"{sum(ems) / len(ems):.3f}" in (out / "search-r1.md").read_text()
+    # A run speaks one protocol: another protocol's stage is refused, and so is resuming under another protocol.
+    stage = ["--stage", str(ROOT / "configs/stages/stage2_answer.yaml")]
+    assert run_local([*args, "--protocol", "search-r1", *stage, "--index", str(mini_index), "--out", str(out)]) == 2
+    assert "speaks r1-searcher" in capsys.readouterr().err
+    assert run_local([*args, "--index", str(mini_index), "--out", str(out)]) == 2
+    assert "--force-new" in capsys.readouterr().err

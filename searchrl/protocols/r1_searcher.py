@@ -32,6 +32,8 @@ PROMPT_END = THINK_OPEN
 # A segment that is not a search ends the episode: its reward reads what was written.
 INVALID_ACTION: str | None = None
 SEARCH_CLOSE = END_QUERY
+# Each stop string, and the tag that opens what it closes (an endpoint that drops the stop string is read by it).
+STOP_OPENS = {END_QUERY: BEGIN_QUERY, ANSWER_CLOSE: ANSWER_OPEN}
 DOCUMENTS_OPEN = BEGIN_DOCS
 DOCUMENTS_CLOSE = END_DOCS
 
@@ -232,6 +234,15 @@ def search_query(segment: str) -> str | None:
 
 def answered(segment: str) -> bool:
     return extract_answer(segment) is not None
+
+
+def policy_answer(solution: str) -> str | None:
+    return extract_answer(solution)
+
+
+def scored_answer(prompt: str, solution: str) -> str | None:
+    """The answer its metric reads: the policy's own, from the solution alone."""
+    return extract_answer(solution)
 
 
 def passage_entry(passage: Passage) -> str:

@@ -45,6 +45,7 @@ INVALID_ACTION: str | None = (
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
 )
 SEARCH_CLOSE = f"</{SEARCH}>"
+STOP_OPENS = {f"</{SEARCH}>": f"<{SEARCH}>", f"</{ANSWER}>": f"<{ANSWER}>"}
 DOCUMENTS_OPEN = f"<{INFORMATION}>"
 DOCUMENTS_CLOSE = f"</{INFORMATION}>"
 ASSISTANT_MARKER = re.compile(r"<\|im_start\|>assistant\s*")
@@ -118,6 +119,20 @@ def search_query(segment: str) -> str | None:
 
 def answered(segment: str) -> bool:
     return action(segment)[0] == ANSWER
+
+
+def policy_answer(solution: str) -> str | None:
+    """The last answer the policy wrote itself, None when it wrote none (the environment's invalid-action message
+    and documents blocks are not the policy's)."""
+    own = _INFORMATION.sub("", solution.replace(INVALID_ACTION or "", ""))
+    found = _ANSWER.findall(own)
+    return found[-1].strip() if found else None
+
+
+def scored_answer(prompt: str, solution: str) -> str | None:
+    """The answer its EM reads (`qa_em.extract_solution` over the decoded prompt and response): with no answer of
+    the policy's own, the instruction's example (`Beijing`) is scored."""
+    return final_answer(prompt + solution)
 
 
 def action(segment: str) -> tuple[str | None, str]:

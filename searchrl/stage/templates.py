@@ -63,6 +63,18 @@ def template_fingerprint(model: ModelConfig) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
+def protocol_model(model: ModelConfig, protocol: str) -> ModelConfig:
+    """The model config under a protocol's own instruction (Search-R1's), sent as its trainer sends it: plain text to
+    a base model, the user turn to a chat one, after the tokenizer's default system message, with nothing after the
+    marker; the model config unchanged for a protocol without one (R1-Searcher's prompts are the model configs')."""
+    instruction = get_protocol(protocol).PROMPT
+    if instruction is None:
+        return model
+    if model.kind == "base":
+        return model.model_copy(update={"template": instruction})
+    return model.model_copy(update={"system": None, "user": instruction, "assistant_prefix": ""})
+
+
 def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
     """The model config whose prompt the stage's policy sees: the stage's prompt, when it has one, with the
     pool filled in ({models}: the listing, {names}: the names, comma-separated) and the episode's multi-query
@@ -70,14 +82,7 @@ def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
     (Search-R1's); the model config unchanged otherwise."""
     prompt = stage.prompt
     if prompt is None:
-        # A protocol's own instruction (Search-R1's), sent as its trainer sends it: plain text to a base model, the
-        # user turn to a chat one, after the tokenizer's default system message, with nothing after the marker.
-        instruction = get_protocol(stage.protocol).PROMPT
-        if instruction is None:
-            return model
-        if model.kind == "base":
-            return model.model_copy(update={"template": instruction})
-        return model.model_copy(update={"system": None, "user": instruction, "assistant_prefix": ""})
+        return protocol_model(model, stage.protocol)
     text = "".join(t or "" for t in (prompt.base, prompt.system, prompt.user))
     listing, names = "", ""
     if "{models}" in text or "{names}" in text:
