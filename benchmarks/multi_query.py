@@ -6,10 +6,12 @@ The replay policy re-emits R1-Searcher's recorded trajectories (examples/bamboog
 every tenth of tests/fixtures/r1searcher/hotpotqa_llama.jsonl, 50, which search more often) through
 OpenRLHF's executor and the stage-2 agent, against a retrieval server over the bundled mini index (its own
 process, cache off) and a reward server. Single-query mode replays them as recorded under stage 2's config;
-the `rag_r1` mode replays the same queries packed into blocks of up to three (`q1, q2, q3`) under
-configs/stages/rag_r1.yaml, as a policy that knew all its queries up front would send them, so its rounds are
-the fewest the recorded queries allow. Each episode runs alone and is timed; the two modes alternate episode
-by episode (which goes first alternates too), so load from elsewhere falls on both.
+the `rag_r1` mode replays the same queries packed into blocks of up to three (`q1, q2, q3`) under RAG-R1's
+search settings (configs/stages/rag_r1.yaml's: three queries a search, split on commas, each query's documents cut
+on their own) on R1-Searcher's tags and reward, so that only the search mechanism differs, as a policy that knew all
+its queries up front would send them: its rounds are the fewest the recorded queries allow. Each episode runs alone
+and is timed; the two modes alternate episode by episode (which goes first alternates too), so load from elsewhere
+falls on both.
 """
 
 from __future__ import annotations
@@ -40,7 +42,15 @@ from searchrl.stage.templates import effective_model, render_prompt  # noqa: E40
 
 EXAMPLES = ROOT / "examples"
 BASE_MODEL = "configs/models/qwen2.5-7b-base.yaml"
-MODES = {"single_query": "configs/stages/stage2_answer.yaml", "rag_r1": "configs/stages/rag_r1.yaml"}
+MODES = {"single_query": "configs/stages/stage2_answer.yaml", "rag_r1": "configs/stages/stage2_answer.yaml"}
+# RAG-R1's search settings, read from its stage config and applied on stage 2's tags and reward.
+RAG_R1 = ROOT / "configs/stages/rag_r1.yaml"
+RAG_R1_KEYS = ("top_k", "max_searches", "max_queries_per_block", "query_separator", "max_tokens_per_query")
+
+
+def rag_r1_overrides() -> list[str]:
+    episode = load_stage(RAG_R1)[0].episode
+    return [f"episode.{key}={json.dumps(getattr(episode, key))}" for key in RAG_R1_KEYS]
 
 
 def packed(trajectory: str, per_block: int, separator: str) -> str:
@@ -141,7 +151,8 @@ def measure(records: list[dict[str, Any]], rounds: int, work: Path) -> dict[str,
     try:
         stages, prompts = {}, {}
         for mode, config in MODES.items():
-            stage, model_cfg = load_stage(ROOT / config, [*urls, f"model={BASE_MODEL}"])
+            extra = rag_r1_overrides() if mode == "rag_r1" else []
+            stage, model_cfg = load_stage(ROOT / config, [*urls, f"model={BASE_MODEL}", *extra])
             stages[mode] = stage
             prompts[mode] = [render_prompt(effective_model(model_cfg, stage), r["question"]) for r in records]
         episode = stages["rag_r1"].episode

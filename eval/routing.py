@@ -39,7 +39,7 @@ from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError
 from searchrl.metrics import all_metrics, as_golds
 from searchrl.process import stop
-from searchrl.protocols.r1_searcher import parse_solution
+from searchrl.protocols import get_protocol
 from searchrl.reward import router_r1
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
@@ -169,19 +169,25 @@ async def run_policy(
         base = load_model_of(args.config, stage)
     model = effective_model(base, stage)
     tokenizer = load_tokenizer(model) if model.kind == "chat" else None
-    engine = make_engine(args, model, tokenizer)
-    env = SearchEnvironment(backend, stage.episode)
-    params = GenParams(temperature=args.temperature, max_tokens=stage.episode.max_segment_tokens)
+    protocol = get_protocol(stage.protocol)
+    engine = make_engine(args, model, tokenizer, protocol)
+    env = SearchEnvironment(backend, stage.episode, protocol=protocol)
+    params = GenParams.for_protocol(
+        protocol,
+        stage.episode.stop_after_answer,
+        temperature=args.temperature,
+        max_tokens=stage.episode.max_segment_tokens,
+    )
     tally = Tally(f"policy ({args.engine}: {model.name})", "policy")
     bar = tqdm(total=len(questions), desc="policy", unit="q")
     try:
         for start in range(0, len(questions), args.batch_size):
             batch = questions[start : start + args.batch_size]
-            prompts = [render_prompt(model, q["question"], tokenizer) for q in batch]
+            prompts = [render_prompt(model, q["question"], tokenizer, protocol.PROMPT_END) for q in batch]
             results = await run_episodes(engine, env, prompts, [q["golds"] for q in batch], params)
-            for q, r in zip(batch, results, strict=True):
+            for q, prompt, r in zip(batch, prompts, results, strict=True):
                 calls = [routed.name for routed, _ in map(backend.route, r.episode.queries) if routed is not None]
-                answer = parse_solution(r.episode.solution).answer
+                answer = protocol.scored_answer(prompt, r.episode.solution)
                 tally.add(q["question"], q["golds"], answer, calls, r.episode.cost)
                 tally.records[-1]["trajectory"] = r.episode.solution
             bar.update(len(batch))

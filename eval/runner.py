@@ -42,7 +42,7 @@ from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, TagProtocol, ge
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.search.base import SearchBackend
-from searchrl.stage.config import EpisodeConfig, ModelConfig, StageConfig, resolve_model_path
+from searchrl.stage.config import EpisodeConfig, ModelConfig, StageConfig, episode_problem, resolve_model_path
 from searchrl.stage.templates import load_tokenizer, protocol_model, render_prompt
 
 # Each protocol's evaluation as its authors ran it. R1-Searcher's: top-5 passages, up to 16 searches (training uses
@@ -51,6 +51,15 @@ from searchrl.stage.templates import load_tokenizer, protocol_model, render_prom
 EVAL_EPISODES: dict[str, dict[str, Any]] = {
     "r1-searcher": {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512},
     "search-r1": {"top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500},
+    # RAG-R1's loop (generation_mq.py with train_ppo_mq.sh's settings): Search-R1's, three queries a search.
+    "rag-r1": {
+        "top_k": 3,
+        "max_turns": 4,
+        "max_searches": 4,
+        "max_segment_tokens": 500,
+        "max_queries_per_block": 3,
+        "query_separator": ",",
+    },
 }
 EVAL_EPISODE = EVAL_EPISODES[DEFAULT_PROTOCOL]
 # Command-line flag -> episode key; the episode keys an evaluation honours.
@@ -189,7 +198,11 @@ def episode_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> 
     for flag, key in EPISODE_FLAGS.items():
         if getattr(args, flag) is not None:
             data[key] = getattr(args, flag)
-    return validate(EpisodeConfig, data, "episode settings")
+    episode = validate(EpisodeConfig, data, "episode settings")
+    problem = episode_problem(protocol, episode)
+    if problem:
+        raise ConfigError(f"--protocol {protocol}: {problem}")
+    return episode
 
 
 def model_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> ModelConfig:

@@ -30,7 +30,7 @@ from searchrl.qa_data.prompt_data import eval_questions, question_key_of
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.search.base import SearchError
 from searchrl.stage.config import ModelConfig, StageConfig, resolve_model_path
-from searchrl.stage.templates import effective_model, load_tokenizer, render_prompt, template_fingerprint
+from searchrl.stage.templates import effective_model, load_tokenizer, prompt_end, render_prompt, template_fingerprint
 from stage_router_r1.data import SOURCES, RouterRecord, draw, load_source, parse_mix, pool_candidates
 from stage_router_r1.original import FLASHRAG, TEST_SETS
 from stage_router_r1.original import recipe as original_recipe
@@ -64,10 +64,10 @@ async def label_optimal(records: list[RouterRecord], pool: RouterConfig, metric:
         await backend.aclose()
 
 
-def to_line(record: RouterRecord, model: ModelConfig, tokenizer: Any) -> dict[str, Any]:
+def to_line(record: RouterRecord, model: ModelConfig, tokenizer: Any, end: str | None) -> dict[str, Any]:
     golds = as_golds(record.ground_truth)
     return {
-        "prompt": render_prompt(model, record.query, tokenizer),
+        "prompt": render_prompt(model, record.query, tokenizer, end),
         "label": golds[0] if len(golds) == 1 else json.dumps(golds),
         "question": record.query,
         "query_type": record.query_type,
@@ -138,7 +138,8 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         asyncio.run(label_optimal(clean + test, pool, args.metric))
     outputs = [(args.out, clean)] + ([(args.test_out, test)] if args.test_out else [])
     for path, rows in outputs:
-        write(path, [to_line(r, model, tokenizer) for r in tqdm(rows, desc=path.name)])
+        end = prompt_end(stage)
+        write(path, [to_line(r, model, tokenizer, end) for r in tqdm(rows, desc=path.name)])
     report = {
         "stage": stage.stage,
         "config": str(args.config),

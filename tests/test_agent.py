@@ -324,21 +324,19 @@ def test_multi_query_block_through_the_openrlhf_loop(servers, tokenizer, model):
     assert result["reward"] == 1.0
 
 
-def test_rag_r1_preset_is_rag_r1s_multi_query_search(servers, tokenizer, model):
-    from searchrl.stage.templates import effective_model
-
+def test_several_queries_a_search_in_r1_searchers_tags(servers, tokenizer, model):
+    """RAG-R1's multi-query search on R1-Searcher's tags (the rag_r1 stage speaks RAG-R1's own: test_rag_r1_protocol):
+    each query and its own documents, grouped in one documents block."""
     search_url, reward_url = servers
     overrides = [f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0"]
-    stage, model_cfg = load_stage(ROOT / "configs/stages/rag_r1.yaml", [*overrides, "episode.max_tokens_per_query=40"])
-    assert (stage.episode.max_queries_per_block, stage.episode.query_separator, stage.episode.max_searches) == (
+    multi = ["episode.max_queries_per_block=3", "episode.query_separator=','", "episode.max_tokens_per_query=40"]
+    stage, base = load_stage(ROOT / "configs/stages/stage2_answer.yaml", [*overrides, *multi])
+    assert (stage.protocol, stage.episode.max_queries_per_block, stage.episode.query_separator) == (
+        "r1-searcher",
         3,
         ",",
-        4,
     )
-    # The policy is told it may send several queries, with the limit and separator the environment applies.
-    base = effective_model(load_stage(ROOT / "configs/stages/stage2_answer.yaml")[1], stage)
     prompt = render_prompt(base, QUESTION)
-    assert 'up to 3 short keyword queries at once, separated by ","' in prompt
     four = "Look up four. <|begin_of_query|> 2009 Fort Hood shooting, Nidal Hasan, Fort Hood, Killeen <|end_of_query|>"
     engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, [four, ANSWER]))
     _, result = asyncio.run(run_episode(stage, base, tokenizer, engine))

@@ -161,7 +161,7 @@ def test_rag_r1_data_is_rendered_with_its_multi_query_prompt(tmp_path):
                   "--config", "configs/stages/rag_r1.yaml")  # fmt: skip
     assert res.returncode == 0, res.stderr
     row = json.loads(with_prompt.read_text())
-    assert 'up to 3 short keyword queries at once, separated by ","' in row["prompt"]
+    assert 'write up to 3 short queries separated by "," in one search, as <search>' in row["prompt"]
     check = preflight.check_data(stage, {**flags, "data.prompt_dataset": str(with_prompt)}, model, "rag_r1")[0]
     assert check.ok, check.detail
     # Data rendered with the model's own prompt would train a policy that never learns it may send several

@@ -16,7 +16,7 @@ from eval import routing
 from reward_server.app import ServerSettings
 from reward_server.app import create_app as create_reward_app
 from searchrl.jsonl import RecordError
-from searchrl.protocols.r1_searcher import BEGIN_DOCS, END_DOCS
+from searchrl.protocols import router_r1
 from searchrl.rehearsal.job import ReplayVllmEngine
 from searchrl.rollout.agent import Runtime, load_agent_executor
 from searchrl.rollout.engines import SamplingParams
@@ -41,11 +41,11 @@ POOL = [
     "Mixtral-8x22B-Instruct",
     "Gemma-2-27B-Instruct",
 ]
-# Router-R1's shape: think, close it, route (written the way a policy may spell the name), the reply, think again.
+# Router-R1's shape in its tags: think, route (written the way a policy may spell the name), the reply, think again.
 TRAJECTORY = (
-    "I should ask a model. </think>\n"
-    "<|begin_of_query|> llama-3.1-8b: 2009 Fort Hood shooting perpetrator <|end_of_query|>"
-    f"\n\n{BEGIN_DOCS}\n(1)recorded\n{END_DOCS}\n\n"
+    "<think> I should ask a model. </think>\n"
+    "<search> llama-3.1-8b: 2009 Fort Hood shooting perpetrator </search>"
+    "\n\n<information>recorded</information>\n\n"
     "<think> The model names him. </think>\n<answer> Nidal Hasan </answer>"
 )
 
@@ -115,13 +115,15 @@ def test_prepare_mixes_bundled_sets_and_router_records(tmp_path, chat_model):
     assert {"prompt", "label", "question", "query_type", "candidate_models", "optimal_model"} <= set(row)
     assert [c["name"] for c in row["candidate_models"]] == POOL
     # Router-R1's prompt: one user turn (no system message of ours: the template's default), the pool's names
-    # and descriptions (no prices), think before every call, the placeholder to replace; the turn opens <think>.
+    # and descriptions (no prices), think before every call, the placeholder to replace, its <search> and
+    # <information> tags; nothing after the assistant marker (the policy opens its own <think>).
     prompt = row["prompt"]
     assert prompt.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n")
     assert f"one model from [{', '.join(POOL)}]" in prompt and "LLM-Name:Your-Query" in prompt
     assert "Gemma-2-27B-Instruct:\nGoogle's instruction-tuned" in prompt and "$" not in prompt
     assert "Before every consultation, reason inside <think>" in prompt
-    assert prompt.endswith(f"Question: {row['question']}<|im_end|>\n<|im_start|>assistant\n<think>")
+    assert "<search> LLM-Name:Your-Query </search>" in prompt and "between <information> and </information>" in prompt
+    assert prompt.endswith(f"Question: {row['question']}<|im_end|>\n<|im_start|>assistant\n")
     bad = prepare("--mix", "stage1=ten", "--out", str(out), "--model", str(chat_model))
     assert bad.returncode == 2 and "--mix 'stage1=ten': N must be a positive count" in bad.stderr
     assert prepare("--help").returncode == 0
@@ -169,7 +171,7 @@ def test_router_episode_through_the_agent_charges_the_pool(tmp_path, chat_model)
                 CONFIG, [*overrides, f"search.router.models={models}", f"reward_server.urls={reward_url}"]
             )
             model = effective_model(model_cfg, stage)
-            prompt = render_prompt(model, QUESTION, load_tokenizer(model))
+            prompt = render_prompt(model, QUESTION, load_tokenizer(model), prompt_end=None)
             tokenizer = build_tokenizer([prompt, TRAJECTORY], vocab_size=800, protocol_tokens=False, qwen_split=True)
 
             async def run():
@@ -177,7 +179,7 @@ def test_router_episode_through_the_agent_charges_the_pool(tmp_path, chat_model)
                 Runtime.install(runtime)
                 try:
                     executor = load_agent_executor(ROOT / "stage_router_r1/agent_func.py")
-                    engine = ReplayVllmEngine(tokenizer, {prompt: TRAJECTORY})
+                    engine = ReplayVllmEngine(tokenizer, {prompt: TRAJECTORY}, router_r1)
                     params = SamplingParams(temperature=1.0, top_p=0.95, max_tokens=None)
                     return await executor.execute(prompt, "Nidal Hasan", params, 4096, tokenizer, engine)
                 finally:
@@ -187,7 +189,8 @@ def test_router_episode_through_the_agent_charges_the_pool(tmp_path, chat_model)
 
             result = asyncio.run(run())
     text = tokenizer.decode(result["observation_tokens"], skip_special_tokens=False)
-    assert f"{BEGIN_DOCS}\n(1)Title: LLaMA-3.1-8B-Instruct Text: Nidal Hasan\n{END_DOCS}" in text  # the pool's answer
+    # The pool's answer, as Router-R1 appends it: the reply alone in <information>, with blank lines around.
+    assert "</search>\n\n<information>Nidal Hasan</information>\n\n<think> The model names him." in text
     logs = {k: float(v) for k, v in result["extra_logs"].items()}
     assert logs["format_ok"] == 1.0 and logs["em"] == 1.0 and logs["cost_applies"] == 1.0
     assert logs["search_cost"] > 0 and logs["cost_reward"] == pytest.approx(0.5)
@@ -249,7 +252,7 @@ def test_routing_evaluation_reports_policy_and_baselines_side_by_side(tmp_path):
     recordings = tmp_path / "routed.jsonl"
     recordings.write_text(
         "".join(
-            json.dumps({**r, "gen_text_store": route_trajectory(r["gen_text_store"], names, router_r1=True)}) + "\n"
+            json.dumps({**r, "gen_text_store": route_trajectory(r["gen_text_store"], names, True, router_r1)}) + "\n"
             for r in rows
         )
     )

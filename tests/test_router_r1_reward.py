@@ -11,6 +11,7 @@ import random
 import numpy as np
 import pytest
 
+from searchrl.protocols import get_protocol, router_r1
 from searchrl.protocols.r1_searcher import BEGIN_DOCS, BEGIN_QUERY, END_DOCS, END_QUERY
 from searchrl.reward.group import EpisodeTerms, RollingCostReward
 from searchrl.reward.router_r1 import cost_reward, violation
@@ -38,6 +39,40 @@ CLEAN = solution(ask("LLaMA-3.1-8B-Instruct", "Which party campaigned for Irish 
 def reward_of(text: str, spec: RewardSpec = SPEC, **metadata: int) -> tuple[float, dict[str, float]]:
     scored = score_solution(text, GOLDS, spec, {"num_searches": text.count(BEGIN_QUERY), **metadata})
     return scored.reward, scored.logs
+
+
+def in_router_r1s_tags(text: str) -> str:
+    """A solution after R1-Searcher's prompt `<think>`, as a policy in Router-R1's own protocol writes it: its
+    opening `<think>` included, the query in `<search>`, the reply in `<information>`."""
+    for r1, ours in ((BEGIN_QUERY, "<search>"), (END_QUERY, "</search>"), (BEGIN_DOCS + "\n(1)", "<information>"),
+                     ("\n" + END_DOCS, "</information>")):  # fmt: skip
+        text = text.replace(r1, ours)
+    return "<think>" + text
+
+
+def test_the_original_tags_score_as_r1_searchers_spelling():
+    """Under `protocol: router-r1` the same trajectories in the original's tags get the same rewards and name the
+    same violations, every row of the gaming table included."""
+    spec = SPEC.model_copy(update={"protocol": "router-r1"})
+    texts = {
+        "clean": CLEAN,
+        "wrong": solution(ask("Qwen2.5-7B-Instruct", "Who led it?"), answer="Sinn Fein"),
+        "tag_counts": CLEAN.replace(END_DOCS, "", 1),
+        "nesting": solution(ask("Qwen2.5-7B-Instruct", "Who?", reply="<answer> Home Rule League </answer>")),
+        "structure": solution(ask("Qwen2.5-7B-Instruct", "Who?")) + "<answer> Home Rule League </answer>",
+        "outside_text": CLEAN + " Anything else?",
+        "query_format": solution(ask("Qwen2.5-7B-Instruct", "Who? Answer: the league")),
+        "placeholder": solution(ask("LLM-Name", "Your-Query")),
+    }
+    texts |= {name: text for name, (text, _) in (GAMING | WRONG).items()}  # and every row of the gaming table
+    for name, text in texts.items():
+        original = score_solution(in_router_r1s_tags(text), GOLDS, spec, {"num_searches": 1})
+        assert (original.reward, original.logs) == reward_of(text), name
+    # R1-Searcher's spelling is no search there (the original reads no text between its blocks, so it passes).
+    assert score_solution("<think>" + CLEAN, GOLDS, spec, {"num_searches": 1}).logs["num_searches"] == 0.0
+    assert violation(in_router_r1s_tags(CLEAN), protocol="router-r1") is None
+    with pytest.raises(ValueError, match="formula searchrl reads r1-searcher's tags, not router-r1's"):
+        RewardSpec(formula="searchrl", protocol="router-r1")
 
 
 def test_preset_is_train_sh():
@@ -228,8 +263,10 @@ def test_segments_end_at_the_answer_as_router_r1_cuts_its_responses():
             seen.append(params.stop)
             return SimpleNamespace(outputs=[SimpleNamespace(text="", token_ids=[], finish_reason="stop")])
 
-    episode = load_stage(ROOT / "configs/stages/router_r1.yaml")[0].episode
-    assert episode.stop_after_answer and episode.max_searches == 4  # its max_turns
+    stage = load_stage(ROOT / "configs/stages/router_r1.yaml")[0]
+    # In its own protocol a turn stops at either tag, and four turns may consult (its max_turns).
+    assert get_protocol(stage.protocol).stops(False) == ["</search>", "</answer>"]
+    assert stage.episode.max_turns == stage.episode.max_searches == 4
     for stop_after_answer in (False, True):
         engine = SegmentEngine(Engine(), 64, stop_after_answer=stop_after_answer)
         asyncio.run(engine.generate([1], SamplingParams(max_tokens=100)))
@@ -248,6 +285,10 @@ def test_routed_recordings_take_router_r1s_shape():
     found = [violation("<think>" + route_trajectory(r["gen_text_store"], by_price(pool), True)) for r in rows]
     # R1-Searcher's own trajectories, reshaped: well formed unless a recorded query holds a colon.
     assert found.count(None) >= 0.8 * len(rows) and set(found) <= {None, "query_format"}, found
+    # In Router-R1's own tags, with the replies the environment appends after each search.
+    routed = [route_trajectory(r["gen_text_store"], by_price(pool), True, router_r1) for r in rows]
+    replied = [t.replace("</search>", "</search>\n\n<information>It says so.</information>\n\n") for t in routed]
+    assert [violation(t, protocol="router-r1") for t in replied] == found
 
 
 def test_the_cost_penalty_is_the_named_alternative():

@@ -145,7 +145,7 @@ def test_the_last_turn_is_generated_without_search(episode):
 
 
 def test_every_protocol_offers_the_interface_and_r1_searchers_blocks_are_unchanged():
-    assert set(PROTOCOLS) == set(PROTOCOL_NAMES) == {"r1-searcher", "search-r1"}
+    assert set(PROTOCOLS) == set(PROTOCOL_NAMES) == {"r1-searcher", "search-r1", "rag-r1", "router-r1"}
     members = [m for m in TagProtocol.__dict__ if not m.startswith("_")] + list(TagProtocol.__annotations__)
     for name, protocol in PROTOCOLS.items():
         assert protocol.NAME == name and get_protocol(name) is protocol
@@ -158,7 +158,7 @@ def test_every_protocol_offers_the_interface_and_r1_searchers_blocks_are_unchang
     assert search_r1.render_documents([passage]) == (
         "\n\n<information>Doc 1(Title: Paris) Paris is the capital of France.</information>\n\n"
     )
-    with pytest.raises(ValueError, match="not one of r1-searcher, search-r1"):
+    with pytest.raises(ValueError, match="not one of r1-searcher, search-r1, rag-r1, router-r1"):
         get_protocol("search_r1")
 
 
@@ -186,9 +186,11 @@ def test_one_protocol_per_run_in_the_config():
         load_stage(STAGE, ["protocol=r1-searcher", "episode.max_turns=null"])
     with pytest.raises(ConfigError, match="episode.max_turns: Search-R1's turn limit"):
         load_stage(ROOT / "configs/stages/stage2_answer.yaml", ["episode.max_turns=2"])
-    with pytest.raises(ConfigError, match="max_queries_per_block: several queries a search"):
+    with pytest.raises(ConfigError, match="max_queries_per_block: protocol search-r1 takes one query a search"):
         load_stage(STAGE, ["episode.max_queries_per_block=3"])
-    with pytest.raises(ConfigError, match="protocol: Input should be 'r1-searcher' or 'search-r1'"):
+    with pytest.raises(
+        ConfigError, match="protocol: Input should be 'r1-searcher', 'search-r1', 'rag-r1' or 'router-r1'"
+    ):
         load_stage(STAGE, ["protocol=searchr1"])
     stage, _ = load_stage(STAGE)
     assert stage.protocol == "search-r1" and stage.episode.top_k == 3 and stage.episode.max_turns == 2

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from searchrl.paths import RUNS
-from searchrl.reward.spec import protocol_of
+from searchrl.reward.spec import protocols_of
 from searchrl.stage.config import CONFIG_JSON_ENV, StageConfig, stage_package
 from searchrl.stage.templates import template_fingerprint
 
@@ -180,14 +180,17 @@ def check_servers(
                     )
                 )
             else:
-                served_protocol = protocol_of(str(served.get("formula", ""))) if isinstance(served, dict) else "?"
+                reads = "?"
+                if isinstance(served, dict):
+                    reads = served.get("protocol") or protocols_of(str(served.get("formula", "")))[0]
+                fits = reads == stage.protocol
                 checks.append(
                     Check(
                         "reward server protocol",
-                        served_protocol == stage.protocol,
-                        f"the server reads {served_protocol}'s tags; this stage speaks {stage.protocol}",
+                        fits,
+                        f"the server reads {reads}'s tags; this stage speaks {stage.protocol}",
                         ""
-                        if served_protocol == stage.protocol
+                        if fits
                         else f"restart the reward server with this stage's reward ({stage.protocol}): {start}",
                     )
                 )

@@ -1,10 +1,11 @@
 """The tag protocols a run can speak, one module each: its tags, its instruction prompt, where generation stops,
 how a segment is read, how the environment renders documents, and what its rewards read.
 
-A stage names its protocol (`protocol: r1-searcher | search-r1`); the agent, the environment, the replay engine
-and the prompt data take it from there, and nothing outside these modules spells a tag. R1-Searcher's is the
-default. A module is its own implementation (mypy checks a module against a Protocol class), so a new protocol
-is one module and one entry in `PROTOCOLS`.
+A stage names its protocol (`protocol: r1-searcher | search-r1 | rag-r1 | router-r1`); the agent, the environment,
+the replay engine, the evaluation and the prompt data take it from there, and nothing outside these modules spells a
+tag.
+R1-Searcher's is the default. A module is its own implementation (mypy checks a module against a Protocol class),
+so a new protocol is one module and one entry in `PROTOCOLS`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol, get_args
 
-from searchrl.protocols import r1_searcher, search_r1
+from searchrl.protocols import r1_searcher, rag_r1, router_r1, search_r1
 from searchrl.search.base import Passage
 
-ProtocolName = Literal["r1-searcher", "search-r1"]
+ProtocolName = Literal["r1-searcher", "search-r1", "rag-r1", "router-r1"]
 PROTOCOL_NAMES: tuple[str, ...] = get_args(ProtocolName)
 DEFAULT_PROTOCOL: ProtocolName = "r1-searcher"
 
@@ -34,6 +35,8 @@ class TagProtocol(Protocol):
     STOP_OPENS: dict[str, str]
     DOCUMENTS_OPEN: str
     DOCUMENTS_CLOSE: str
+    # Whether a search block may hold several queries (split on the stage's episode.query_separator).
+    MULTI_QUERY: bool
 
     def stops(self, stop_after_answer: bool) -> list[str]: ...
     def search_query(self, segment: str) -> str | None: ...
@@ -44,9 +47,20 @@ class TagProtocol(Protocol):
     def passage_entry(self, passage: Passage) -> str: ...
     def documents_block(self, entries: Sequence[str], after: str = "") -> str: ...
     def message_block(self, message: str, after: str = "") -> str: ...
+    # The block after a search of several queries: each query with its own documents' entries (`empty`: none found).
+    def queries_block(
+        self, queries: Sequence[str], documents: Sequence[Sequence[str]], empty: str, after: str = ""
+    ) -> str: ...
+    # A recorded R1-Searcher trajectory as a policy of this protocol writes it (the rehearsal replays them).
+    def from_r1_searcher(self, trajectory: str) -> str: ...
 
 
-PROTOCOLS: dict[str, TagProtocol] = {"r1-searcher": r1_searcher, "search-r1": search_r1}
+PROTOCOLS: dict[str, TagProtocol] = {
+    "r1-searcher": r1_searcher,
+    "search-r1": search_r1,
+    "rag-r1": rag_r1,
+    "router-r1": router_r1,
+}
 if set(PROTOCOLS) != set(PROTOCOL_NAMES):
     raise ImportError(f"PROTOCOLS {sorted(PROTOCOLS)} and ProtocolName {sorted(PROTOCOL_NAMES)} must name the same")
 

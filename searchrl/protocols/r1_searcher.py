@@ -29,6 +29,8 @@ NAME = "r1-searcher"
 PROMPT: str | None = None
 # Every prompt opens the policy's reasoning; the model configs' templates end with it.
 PROMPT_END = THINK_OPEN
+# A query block may hold several queries (RAG-R1's mode, on this protocol's tags) where the stage allows them.
+MULTI_QUERY = True
 # A segment that is not a search ends the episode: its reward reads what was written.
 INVALID_ACTION: str | None = None
 SEARCH_CLOSE = END_QUERY
@@ -256,6 +258,18 @@ def documents_block(entries: Sequence[str], after: str = "") -> str:
 def message_block(message: str, after: str = "") -> str:
     """A block that holds a message instead of passages (a failed search, nothing found)."""
     return format_documents([message], after)
+
+
+def queries_block(queries: Sequence[str], documents: Sequence[Sequence[str]], empty: str, after: str = "") -> str:
+    """The block after a search of several queries: an entry a query, `Query: q` and then its own documents (or
+    `empty` when it found none)."""
+    entries = [f"Query: {q}\n" + ("\n".join(docs) or empty) for q, docs in zip(queries, documents, strict=True)]
+    return format_documents(entries, after)
+
+
+def from_r1_searcher(trajectory: str) -> str:
+    """A recorded R1-Searcher trajectory in this protocol: itself."""
+    return trajectory
 
 
 def split_solution(query: str, prompt: str) -> str:

@@ -39,6 +39,8 @@ PROMPT = (
 )
 # The prompt ends with the question; the policy opens its own `<think>`.
 PROMPT_END: str | None = None
+# One query a search block: the whole block is the query.
+MULTI_QUERY = False
 # generation.py's answer to a turn that neither searches nor answers: the episode goes on, the turn counted.
 INVALID_ACTION: str | None = (
     "\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. "
@@ -74,11 +76,17 @@ _INSIDE = {"in_think", "in_search", "in_information", "in_answer"}
 _TITLED_TEXT = re.compile(r"Title:\s*(.*?)\s+Text:\s*(.*)", re.DOTALL)
 
 
-def passage_entry(passage: Passage) -> str:
-    """One passage as `_passages2string` writes it after `Doc i`: its title in brackets, then its text."""
+def titled(passage: Passage) -> tuple[str, str]:
+    """A passage's title and text, the title taken from a `Title: t Text: x` text where the passage has none."""
     title, text = passage.title, passage.text
     if not title and (found := _TITLED_TEXT.fullmatch(text.strip())):
         title, text = found.group(1), found.group(2)
+    return title, text
+
+
+def passage_entry(passage: Passage) -> str:
+    """One passage as `_passages2string` writes it after `Doc i`: its title in brackets, then its text."""
+    title, text = titled(passage)
     return f"(Title: {title}) {text}"
 
 
@@ -89,6 +97,11 @@ def documents_block(entries: Sequence[str], after: str = "") -> str:
     Search-R1 writes it, whose turns are cut at the tag and tokenized again."""
     lines = "".join(f"Doc {i}{entry}\n" for i, entry in enumerate(entries, start=1))
     return _after(f"\n\n{DOCUMENTS_OPEN}{lines.strip()}{DOCUMENTS_CLOSE}\n\n", after)
+
+
+def queries_block(queries: Sequence[str], documents: Sequence[Sequence[str]], empty: str, after: str = "") -> str:
+    """Not reached: a stage in this protocol sends one query a search (max_queries_per_block 1)."""
+    raise ValueError("Search-R1's protocol sends one query a search")
 
 
 def message_block(message: str, after: str = "") -> str:

@@ -23,7 +23,7 @@ from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
 from searchrl.process import free_port, start_module, stop
-from searchrl.protocols import search_r1
+from searchrl.protocols import get_protocol
 from searchrl.rehearsal.cpu_layer import with_rehearsal_code
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
 from searchrl.rehearsal.job import MARKER
@@ -73,7 +73,7 @@ def _prepare(
 ) -> tuple[Path, Path]:
     """The stage's prompt data, made by its own data preparation from the recorded questions, and
     the recordings keyed by the prompt the policy sees (for a routing stage, queries naming pool models; for a
-    stage in Search-R1's protocol, the R1-Searcher trajectories written in its tags)."""
+    stage in another protocol, the R1-Searcher trajectories written in its tags)."""
     records = [json.loads(line) for line in RECORDINGS.open(encoding="utf-8")]
     if prompts > len(records):
         raise ConfigError(f"--episodes: at most {len(records)} prompts are recorded ({RECORDINGS.name})")
@@ -93,11 +93,11 @@ def _prepare(
     by_question = {json.loads(line)["question"]: json.loads(line)["prompt"] for line in data.open(encoding="utf-8")}
     recordings = {
         by_question[r["question"]]: (
-            route_trajectory(r["gen_text_store"], by_price(router), router.naming == "router_r1")
+            route_trajectory(
+                r["gen_text_store"], by_price(router), router.naming == "router_r1", get_protocol(protocol)
+            )
             if router
-            else search_r1.from_r1_searcher(r["gen_text_store"])
-            if protocol == search_r1.NAME
-            else r["gen_text_store"]
+            else get_protocol(protocol).from_r1_searcher(r["gen_text_store"])
         )
         for r in chosen
     }

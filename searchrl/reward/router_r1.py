@@ -1,6 +1,7 @@
-"""Router-R1's reward (its `verl/trainer/main_ppo.py` format rule and `verl/utils/reward_score/qa_em.py`), on
-this project's tags: `<|begin_of_query|> Model: question <|end_of_query|>` for its `<search>` and the
-documents block for its `<information>`.
+"""Router-R1's reward (its `verl/trainer/main_ppo.py` format rule and `verl/utils/reward_score/qa_em.py`), on the
+tags of the stage's protocol: the original's (`router-r1`: `<search> Model: question </search>`, `<information>`), or
+R1-Searcher's spelling of them (`<|begin_of_query|> Model: question <|end_of_query|>` for its `<search>`, the
+documents block for its `<information>`).
 
 reward = -1                              on any format violation (nothing else counts then)
        = 0                               when the answer is wrong (F1: when its F1 is 0)
@@ -28,6 +29,7 @@ import numpy as np
 
 from searchrl.metrics import squad_em as exact_match
 from searchrl.metrics import squad_normalize
+from searchrl.protocols import get_protocol, router_r1
 from searchrl.protocols.r1_searcher import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -40,21 +42,36 @@ from searchrl.protocols.r1_searcher import (
 )
 from searchrl.reward.spec import RewardSpec
 
-# The original's four tags in this project's spelling: (open, close) by the original's name.
-TAGS = {
-    "think": (THINK_OPEN, THINK_CLOSE),
-    "search": (BEGIN_QUERY, END_QUERY),
-    "information": (BEGIN_DOCS, END_DOCS),
-    "answer": (ANSWER_OPEN, ANSWER_CLOSE),
+# The original's four tags, (open, close) by the original's name, in each protocol's spelling.
+TAG_SETS: dict[str, dict[str, tuple[str, str]]] = {
+    "router-r1": router_r1.TAGS,
+    "r1-searcher": {
+        "think": (THINK_OPEN, THINK_CLOSE),
+        "search": (BEGIN_QUERY, END_QUERY),
+        "information": (BEGIN_DOCS, END_DOCS),
+        "answer": (ANSWER_OPEN, ANSWER_CLOSE),
+    },
 }
-ALL_TAGS = tuple(t for pair in TAGS.values() for t in pair)
-# Leftmost block first, each open tag up to its own nearest close, as the original's backreference pattern.
-_BLOCKS = re.compile(
-    "|".join(f"(?P<{name}>{re.escape(o)}(?P<{name}_body>.*?){re.escape(c)})" for name, (o, c) in TAGS.items()),
-    re.S,
-)
-_ANSWER = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.S)
-PLACEHOLDERS = ("llm-name", "your-query")
+TAGS = TAG_SETS["r1-searcher"]
+PLACEHOLDERS = router_r1.PLACEHOLDERS
+
+
+class Tags:
+    """One protocol's spelling of the four tags, with the patterns read from them."""
+
+    def __init__(self, tags: dict[str, tuple[str, str]]) -> None:
+        self.tags = tags
+        self.all = tuple(t for pair in tags.values() for t in pair)
+        # Leftmost block first, each open tag up to its own nearest close, as the original's backreference pattern.
+        self.blocks = re.compile(
+            "|".join(f"(?P<{name}>{re.escape(o)}(?P<{name}_body>.*?){re.escape(c)})" for name, (o, c) in tags.items()),
+            re.S,
+        )
+        opens, closes = tags["answer"]
+        self.answer = re.compile(re.escape(opens) + r"(.*?)" + re.escape(closes), re.S)
+
+
+SPELLINGS = {name: Tags(tags) for name, tags in TAG_SETS.items()}
 RULES = (
     "no_blocks",
     "tag_counts",
@@ -67,10 +84,10 @@ RULES = (
 )
 
 
-def blocks(text: str) -> list[tuple[str, str]]:
+def blocks(text: str, protocol: str = "r1-searcher") -> list[tuple[str, str]]:
     """(tag name, stripped content) of every block, left to right."""
     found = []
-    for m in _BLOCKS.finditer(text):
+    for m in SPELLINGS[protocol].blocks.finditer(text):
         name = next(n for n in TAGS if m.group(n) is not None)
         found.append((name, m.group(f"{name}_body").strip()))
     return found
@@ -84,23 +101,24 @@ def query_malformed(content: str) -> bool:
     return not question or any(p in content.lower() for p in PLACEHOLDERS) or name in question
 
 
-def violation(text: str, unknown_models: int = 0) -> str | None:
+def violation(text: str, unknown_models: int = 0, protocol: str = "r1-searcher") -> str | None:
     """The first of Router-R1's format rules `text` breaks (checked in the original's order), or None.
-    `text` is the response from its opening `<think>`."""
-    found = blocks(text)
+    `text` is the response from its opening `<think>`, in `protocol`'s spelling of the tags."""
+    spelling = SPELLINGS[protocol]
+    found = blocks(text, protocol)
     if not found:
         return "no_blocks"
-    if any(text.count(o) != text.count(c) for o, c in TAGS.values()):
+    if any(text.count(o) != text.count(c) for o, c in spelling.tags.values()):
         return "tag_counts"
     kinds = Counter(name for name, _ in found)
     if any(name == "think" and content in ("", "...") for name, content in found):
         return "think_empty"
-    if any(tag in content for _, content in found for tag in ALL_TAGS):
+    if any(tag in content for _, content in found for tag in spelling.all):
         return "nesting"
     if kinds["answer"] != 1 or kinds["think"] == 0 or kinds["search"] != kinds["information"]:
         return "structure"
     stripped = text.strip()
-    if not stripped.startswith(THINK_OPEN) or not stripped.endswith(ANSWER_CLOSE):
+    if not stripped.startswith(spelling.tags["think"][0]) or not stripped.endswith(spelling.tags["answer"][1]):
         return "outside_text"
     if any(name == "search" and query_malformed(content) for name, content in found):
         return "query_format"
@@ -122,21 +140,22 @@ def f1(answer: str, golds: Sequence[str]) -> float:
     return best
 
 
-def last_answer(text: str) -> str | None:
-    found = _ANSWER.findall(text)
+def last_answer(text: str, protocol: str = "r1-searcher") -> str | None:
+    found = SPELLINGS[protocol].answer.findall(text)
     return found[-1].strip() if found else None
 
 
 def score_router_r1(
     solution: str, golds: Sequence[str], spec: RewardSpec, metadata: Mapping[str, Any] | None = None
 ) -> tuple[float, float, dict[str, float]]:
-    """(reward, score, logs) of one episode. `solution` follows a prompt ending in `<think>`, which the
-    original's policy writes itself, so it is put back in front. `score` is the metric (dynamic filtering);
-    `cost_applies` tells the agent to add the cost reward (a right, well-formed answer)."""
-    text = THINK_OPEN + solution
+    """(reward, score, logs) of one episode. Under R1-Searcher's tags `solution` follows a prompt ending in
+    `<think>`, which the original's policy writes itself, so it is put back in front. `score` is the metric (dynamic
+    filtering); `cost_applies` tells the agent to add the cost reward (a right, well-formed answer)."""
+    protocol = spec.reads
+    text = (get_protocol(protocol).PROMPT_END or "") + solution
     unknown = (metadata or {}).get("unknown_models", 0)
-    broken = violation(text, unknown if isinstance(unknown, int) and not isinstance(unknown, bool) else 0)
-    answer = last_answer(text)
+    broken = violation(text, unknown if isinstance(unknown, int) and not isinstance(unknown, bool) else 0, protocol)
+    answer = last_answer(text, protocol)
     metrics = {"em": 0.0, "f1": 0.0}
     if answer is not None:
         metrics = {"em": exact_match(answer, golds), "f1": f1(answer, golds)}
@@ -147,7 +166,7 @@ def score_router_r1(
     logs = {
         "format_ok": float(broken is None),
         "has_answer": float(answer is not None),
-        "num_searches": float(sum(1 for name, _ in blocks(text) if name == "search")),
+        "num_searches": float(sum(1 for name, _ in blocks(text, protocol) if name == "search")),
         "cost_applies": float(right),
         **metrics,
         **{f"violation_{rule}": float(rule == broken) for rule in RULES},

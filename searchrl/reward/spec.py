@@ -25,9 +25,19 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from searchrl.config import ConfigError, apply_override, load, parse_overrides, validate
+from searchrl.protocols import ProtocolName
 from searchrl.reward.format_rules import RULES
 
 # The format bonus covers every rule but the query/documents tag counts, which the search bonus
@@ -42,6 +52,11 @@ class RewardSpec(BaseModel):
         "searchrl",
         description="searchrl: the weighted components below; router_r1: Router-R1's reward; search_r1_em, "
         "search_r1_em_format: Search-R1's qa_em and v0.3 qa_em_format rewards on the whole decoded sequence",
+    )
+    protocol: ProtocolName | None = Field(
+        None,
+        description="the tag protocol the reward reads, the stage's `protocol:`; unset: its formula's own (searchrl "
+        "and router_r1: r1-searcher; search_r1_*: search-r1)",
     )
     allow_cover_em: bool = Field(False, description="let answer_metric be cem (only to reproduce R1-Searcher)")
     answer_metric: Literal["em", "f1", "cem"] = "em"
@@ -145,9 +160,26 @@ class RewardSpec(BaseModel):
         return self.formula in SEARCH_R1_FORMULAS
 
     @property
-    def protocol(self) -> str:
+    def reads(self) -> str:
         """The tag protocol this reward reads (a name of searchrl.protocols.PROTOCOLS)."""
-        return protocol_of(self.formula)
+        return self.protocol or protocol_of(self.formula)
+
+    @model_validator(mode="after")
+    def _protocol_read(self) -> RewardSpec:
+        if self.protocol is not None and self.protocol not in protocols_of(self.formula):
+            raise ValueError(
+                f"protocol: formula {self.formula} reads {' or '.join(protocols_of(self.formula))}'s tags, "
+                f"not {self.protocol}'s"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_protocol(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Unset, the protocol is the formula's own: left out, so a spec's digest is what it was before the key.
+        data = handler(self)
+        if data.get("protocol") is None:
+            data.pop("protocol", None)
+        return data
 
     def weights(self) -> dict[str, float]:
         """Every component by name with its weight (the violation penalty counts negative)."""
@@ -226,9 +258,23 @@ COMPONENT_OF_KEY = {
 SEARCH_R1_FORMULAS = ("search_r1_em", "search_r1_em_format")
 
 
+# The tag protocols each formula can read, its own first: Search-R1's formulas read its tags, which RAG-R1's protocol
+# shares (its reward is Search-R1's EM); Router-R1's reads R1-Searcher's spelling or the original's.
+FORMULA_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "searchrl": ("r1-searcher",),
+    "router_r1": ("r1-searcher", "router-r1"),
+    "search_r1_em": ("search-r1", "rag-r1"),
+    "search_r1_em_format": ("search-r1", "rag-r1"),
+}
+
+
+def protocols_of(formula: str) -> tuple[str, ...]:
+    return FORMULA_PROTOCOLS.get(formula, ("r1-searcher",))
+
+
 def protocol_of(formula: str) -> str:
-    """The tag protocol a reward formula reads: Search-R1's formulas read its tags, the others R1-Searcher's."""
-    return "search-r1" if formula in SEARCH_R1_FORMULAS else "r1-searcher"
+    """The tag protocol a reward formula was written for."""
+    return protocols_of(formula)[0]
 
 
 SEARCH_R1_ONLY = ("format_score", "structure_format_score", "final_format_score", "retrieval_score")

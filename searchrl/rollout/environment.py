@@ -150,12 +150,7 @@ class SearchEnvironment:
                     feedback = protocol.message_block(SEARCH_FAILED.format(reason=reason), after=actions[i])
                     ep.search_errors += 1
                 else:
-                    entries = self._block_texts(qs, answer)
-                    feedback = (
-                        protocol.documents_block(entries, after=actions[i])
-                        if entries
-                        else protocol.message_block(NOTHING_FOUND, after=actions[i])
-                    )
+                    feedback = self._results_block(qs, answer, actions[i])
                     ep.cost += sum(p.cost for hits in answer for p in hits)
                     ep.unknown_models += sum(p.id == UNROUTED for hits in answer for p in hits)
                     if self.process_weight > 0:
@@ -218,19 +213,23 @@ class SearchEnvironment:
                     fresh.append(r1_text(passage))
         return ep.label is not None and documents_contain(fresh, evidence_golds(as_golds(ep.label)))
 
-    def _block_texts(self, queries: list[str], results: list[list[Passage]]) -> list[str]:
-        """The entries of one documents block (none: nothing found). One query per block: the passages, as the
-        protocol writes one.
-        Multi-query mode (RAG-R1): one entry per query, the query and then its own documents as `Doc i:`,
-        each query's documents cut to the token budget on their own, so one query cannot crowd out another."""
-        budget = self.config.max_tokens_per_query
+    def _results_block(self, queries: list[str], results: list[list[Passage]], after: str) -> str:
+        """The block a search's results are appended in. One query per block: the passages, as the protocol writes
+        one. Multi-query mode (RAG-R1): each query and its own documents as `Doc i:` lines, each query's documents
+        cut to the token budget on their own, so one query cannot crowd out another."""
+        budget, protocol = self.config.max_tokens_per_query, self.protocol
         if self.config.max_queries_per_block == 1:
-            return self._within([self.protocol.passage_entry(p) for p in results[0]], budget)
-        entries = []
-        for query, found in zip(queries, results, strict=True):
-            docs = self._within([f"Doc {j}: {r1_text(p)}" for j, p in enumerate(found, start=1)], budget)
-            entries.append(f"Query: {query}\n" + ("\n".join(docs) or NOTHING_FOUND))
-        return entries
+            entries = self._within([protocol.passage_entry(p) for p in results[0]], budget)
+            return (
+                protocol.documents_block(entries, after=after)
+                if entries
+                else protocol.message_block(NOTHING_FOUND, after=after)
+            )
+        documents = [
+            self._within([f"Doc {j}: {protocol.passage_entry(p)}" for j, p in enumerate(found, start=1)], budget)
+            for found in results
+        ]
+        return protocol.queries_block(queries, documents, NOTHING_FOUND, after=after)
 
     def _within(self, texts: list[str], budget: int | None) -> list[str]:
         """The texts in order up to `budget` tokens in all: the one that crosses it is cut, the rest dropped."""

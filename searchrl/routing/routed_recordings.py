@@ -3,7 +3,8 @@ routing evaluations with `--engine replay`): each recorded query gets a pool mod
 `<|begin_of_query|> medium: keywords <|end_of_query|>`, escalating from the cheapest model to the
 dearest over the queries of a trajectory (a plausible policy: ask cheap first, then a stronger model).
 For a pool named the Router-R1 way the trajectory also takes Router-R1's shape: the think block closes
-before each query and a new one opens after each answer block, and nothing follows `</answer>`.
+before each query and a new one opens after each answer block, and nothing follows `</answer>`. In another
+protocol (Router-R1's own tags) the trajectory is first written in that protocol's tags, then routed.
 
     python -m searchrl.routing.routed_recordings --config configs/stages/router_r1.yaml \
         --recordings examples/bamboogle_llama_sample.jsonl --out runs/routed.jsonl
@@ -17,7 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-from searchrl.config import ConfigError
+from searchrl.config import ConfigError, read_yaml
+from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, get_protocol, r1_searcher
 from searchrl.protocols.r1_searcher import (
     ANSWER_CLOSE,
     BEGIN_DOCS,
@@ -40,10 +42,23 @@ def by_price(pool: RouterConfig) -> list[str]:
     ]
 
 
-def route_trajectory(trajectory: str, names: list[str], router_r1: bool = False) -> str:
+def route_trajectory(
+    trajectory: str, names: list[str], router_r1: bool = False, protocol: TagProtocol = r1_searcher
+) -> str:
     """The trajectory with its i-th query addressed to names[min(i, len(names) - 1)]; `router_r1`: in
-    Router-R1's shape."""
+    Router-R1's shape; `protocol`: in its tags (the recording is R1-Searcher's)."""
     count = 0
+    if protocol is not r1_searcher:
+        opens, closes = protocol.STOP_OPENS[protocol.SEARCH_CLOSE], protocol.SEARCH_CLOSE
+        searched = re.compile(re.escape(opens) + r"(.*?)" + re.escape(closes), re.S)
+
+        def named(match: re.Match[str]) -> str:
+            nonlocal count
+            name = names[min(count, len(names) - 1)]
+            count += 1
+            return f"{opens} {name}:{match.group(1).strip()} {closes}"
+
+        return searched.sub(named, protocol.from_r1_searcher(trajectory))
 
     def routed(match: re.Match[str]) -> str:
         nonlocal count
@@ -73,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pool = read_pool(args.config)
         names = by_price(pool)
+        protocol = get_protocol(read_yaml(args.config).get("protocol") or DEFAULT_PROTOCOL)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -80,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as fh:
         for row in rows:
-            row["gen_text_store"] = route_trajectory(row["gen_text_store"], names, pool.naming == "router_r1")
+            row["gen_text_store"] = route_trajectory(
+                row["gen_text_store"], names, pool.naming == "router_r1", protocol
+            )
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     print(f"{len(rows)} trajectories -> {args.out} (queries escalate over {', '.join(names)})")
     return 0

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS
-from searchrl.protocols import DEFAULT_PROTOCOL, ProtocolName
-from searchrl.reward.spec import RewardSpec, protocol_of
+from searchrl.protocols import DEFAULT_PROTOCOL, ProtocolName, get_protocol
+from searchrl.reward.spec import RewardSpec, protocols_of
 from searchrl.stage.algorithms import ALGORITHMS
 from searchrl.stage.prompt import StagePrompt
 from searchrl.stage.schedules import FORCED, SCHEDULES
@@ -184,26 +184,45 @@ class StageConfig(Strict):
     @model_validator(mode="after")
     def _one_protocol(self) -> StageConfig:
         # A run speaks one tag protocol: the agent writes it, the environment answers in it, the reward reads it.
-        if self.reward.protocol != self.protocol:
+        if self.protocol in protocols_of(self.reward.formula) and self.reward.reads != self.protocol:
+            raise ValueError(
+                f"protocol: {self.protocol}, and reward.protocol is {self.reward.reads}: set "
+                f"`reward.protocol: {self.protocol}`, so the reward reads the tags the stage speaks"
+            )
+        if self.protocol not in protocols_of(self.reward.formula):
             fitting = [
-                f for f in get_args(RewardSpec.model_fields["formula"].annotation) if protocol_of(f) == self.protocol
+                f for f in get_args(RewardSpec.model_fields["formula"].annotation) if self.protocol in protocols_of(f)
             ]
             raise ValueError(
-                f"protocol: {self.protocol}, and reward.formula {self.reward.formula} reads {self.reward.protocol}'s "
-                f"tags: set `protocol={self.reward.protocol}`, or a formula that reads {self.protocol}'s "
+                f"protocol: {self.protocol}, and reward.formula {self.reward.formula} reads {self.reward.reads}'s "
+                f"tags: set `protocol={self.reward.reads}`, or a formula that reads {self.protocol}'s "
                 f"({', '.join(fitting)})"
             )
-        if self.protocol == "r1-searcher" and self.episode.max_turns is not None:
-            raise ValueError("episode.max_turns: Search-R1's turn limit; R1-Searcher's episodes use max_searches")
-        if self.protocol != "r1-searcher":
-            if self.episode.max_queries_per_block > 1:
-                raise ValueError(
-                    f"episode.max_queries_per_block: several queries a search (RAG-R1's) speak R1-Searcher's tags; "
-                    f"set it to 1 with protocol {self.protocol}"
-                )
-            if self.search.backend == "router":
-                raise ValueError(f"search.backend router: LLM routing speaks R1-Searcher's tags, not {self.protocol}")
+        problem = episode_problem(self.protocol, self.episode, self.search.backend)
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def episode_problem(protocol: str, episode: EpisodeConfig, backend: str = "http") -> str | None:
+    """Why an episode's settings (and its search backend) do not fit a tag protocol; None when they do."""
+    if protocol == "r1-searcher" and episode.max_turns is not None:
+        return "episode.max_turns: Search-R1's turn limit; R1-Searcher's episodes use max_searches"
+    if episode.max_queries_per_block > 1 and not get_protocol(protocol).MULTI_QUERY:
+        return (
+            f"episode.max_queries_per_block: protocol {protocol} takes one query a search; set it to 1, or speak "
+            "rag-r1 (RAG-R1's several queries in <search>) or r1-searcher"
+        )
+    if protocol == "rag-r1" and episode.max_queries_per_block == 1:
+        return (
+            "episode.max_queries_per_block: RAG-R1's protocol sends several queries a search (its prompt: 3); set it, "
+            "or speak search-r1 for one query a search"
+        )
+    if backend == "router" and protocol not in ("router-r1", "r1-searcher"):
+        return (
+            f"search.backend router: LLM routing speaks Router-R1's tags (router-r1) or R1-Searcher's, not {protocol}"
+        )
+    return None
 
 
 def flag_names_without_dashes(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:

@@ -101,10 +101,12 @@ def effective_model(model: ModelConfig, stage: StageConfig) -> ModelConfig:
         if prompt.base is None:
             raise ValueError(f"{stage.stage}: prompt.base: needed for the base model {model.name!r}")
         return model.model_copy(update={"template": fill(prompt.base)})
+    # A protocol whose policy opens its own `<think>` (Search-R1's family) puts nothing after the assistant marker.
+    opening = {} if get_protocol(stage.protocol).PROMPT_END else {"assistant_prefix": ""}
     if prompt.user is not None:
         return model.model_copy(
-            update={"system": fill(prompt.system) if prompt.system else None, "user": fill(prompt.user)}
+            update={"system": fill(prompt.system) if prompt.system else None, "user": fill(prompt.user), **opening}
         )
     if prompt.system is None:
         raise ValueError(f"{stage.stage}: prompt.system or prompt.user: needed for the chat model {model.name!r}")
-    return model.model_copy(update={"system": fill(prompt.system)})
+    return model.model_copy(update={"system": fill(prompt.system), **opening})

@@ -1,0 +1,82 @@
+"""RAG-R1's tag protocol (inclusionAI/AgenticLearning, `RAG-R1/`): Search-R1's tags with several queries a search.
+
+The policy writes `<search> query_1,query_2 </search>`; the environment splits the block on the stage's separator
+(`,`), searches each query and answers with one `<information>` block that holds a JSON object, the queries and each
+query's documents as one string of `Doc i: title   text` lines (`rag_r1/llm_agent/generation_mq.py`,
+`_passages2string`, with a single newline on each side of the block). Everything else, the stops, the action read
+from the first tagged block, the invalid-action message and the answer its EM reads, is Search-R1's: RAG-R1 trains
+on Search-R1's loop and reward.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from searchrl.protocols import search_r1
+from searchrl.protocols.search_r1 import (
+    DOCUMENTS_CLOSE,
+    DOCUMENTS_OPEN,
+    INVALID_ACTION,
+    SEARCH_CLOSE,
+    STOP_OPENS,
+    answered,
+    from_r1_searcher,
+    policy_answer,
+    scored_answer,
+    search_query,
+    stops,
+)
+from searchrl.search.base import Passage
+
+NAME = "rag-r1"
+# The stage's own prompt (configs/stages/rag_r1.yaml) states the rules, its limit and separator included.
+PROMPT: str | None = None
+PROMPT_END: str | None = None
+# A search block may hold several queries: the environment splits it on episode.query_separator.
+MULTI_QUERY = True
+
+__all__ = [
+    "DOCUMENTS_CLOSE",
+    "DOCUMENTS_OPEN",
+    "INVALID_ACTION",
+    "SEARCH_CLOSE",
+    "STOP_OPENS",
+    "answered",
+    "from_r1_searcher",
+    "policy_answer",
+    "scored_answer",
+    "search_query",
+    "stops",
+]
+
+
+def passage_entry(passage: Passage) -> str:
+    """A passage as its KILT corpus line reads after the id: the title, three spaces, the text."""
+    title_text = search_r1.titled(passage)
+    return f"{title_text[0]}   {title_text[1]}" if title_text[0] else title_text[1]
+
+
+def _block(body: str, after: str) -> str:
+    # One newline on each side; a newline the action's last token already carries is not repeated.
+    generated = len(after) - len(after.rstrip("\n"))
+    return f"\n{DOCUMENTS_OPEN}\n{body}\n{DOCUMENTS_CLOSE}\n"[min(generated, 1) :]
+
+
+def queries_block(queries: Sequence[str], documents: Sequence[Sequence[str]], empty: str, after: str = "") -> str:
+    """The block after a search: `{"query": [...], "documents": [...]}` as `json.dumps(..., indent=2)` writes it,
+    each query's `Doc i: ...` lines as one string (empty when nothing was found, as RAG-R1 leaves it)."""
+    body = {"query": list(queries), "documents": ["\n".join(docs).strip() for docs in documents]}
+    return _block(json.dumps(body, indent=2), after)
+
+
+def documents_block(entries: Sequence[str], after: str = "") -> str:
+    """Not reached: under this protocol every search is rendered by `queries_block` (a stage needs
+    max_queries_per_block > 1)."""
+    raise ValueError("RAG-R1's protocol renders a search's results with queries_block")
+
+
+def message_block(message: str, after: str = "") -> str:
+    """A failed search's message in the block, as plain text (RAG-R1 has no such block; ours never passes a failure
+    off as documents)."""
+    return _block(message.strip(), after)

@@ -1,0 +1,83 @@
+"""Router-R1's tag protocol (ulab-uiuc/Router-R1): Search-R1's tags, each search naming a model of the pool.
+
+The policy writes `<search> Model-Name: query </search>`; the router puts the query to that model and the environment
+appends its reply as `\n\n<information>reply</information>\n\n` (`router_r1/llm_agent/generation.py`): the reply
+alone, no `Doc i` and no title. A search that is no routed query (the prompt's placeholder, no colon, nothing after
+the last colon) is an invalid action, to which the original appends nothing: the turn counts and the policy writes on.
+Its reward reads the response alone, the last `<answer>` of it (searchrl/reward/router_r1.py, with these tags).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from searchrl.protocols import search_r1
+from searchrl.protocols.search_r1 import (
+    ANSWER,
+    DOCUMENTS_CLOSE,
+    DOCUMENTS_OPEN,
+    INFORMATION,
+    SEARCH,
+    SEARCH_CLOSE,
+    STOP_OPENS,
+    THINK,
+    answered,
+    from_r1_searcher,
+    message_block,
+    policy_answer,
+    stops,
+)
+from searchrl.search.base import Passage
+
+NAME = "router-r1"
+# The stage's own prompt (configs/stages/router_r1.yaml) lists the pool; the policy opens its own `<think>`.
+PROMPT: str | None = None
+PROMPT_END: str | None = None
+# An invalid action gets nothing appended (generation.py's next_obs ''): not None, since the episode goes on.
+INVALID_ACTION: str | None = ""
+MULTI_QUERY = False
+# The four blocks its reward walks, by the original's names.
+TAGS = {name: (f"<{name}>", f"</{name}>") for name in (THINK, SEARCH, INFORMATION, ANSWER)}
+# What its postprocess_predictions refuses to route: the prompt's placeholder, in any case.
+PLACEHOLDERS = ("llm-name", "your-query")
+
+__all__ = [
+    "DOCUMENTS_CLOSE",
+    "DOCUMENTS_OPEN",
+    "SEARCH_CLOSE",
+    "STOP_OPENS",
+    "answered",
+    "from_r1_searcher",
+    "message_block",
+    "policy_answer",
+    "stops",
+]
+
+
+def search_query(segment: str) -> str | None:
+    """The routed query (`Model-Name: query`) when the segment's first tagged action is a search that names one;
+    None for a search the original does not route (placeholder, no colon, an empty query) or another action."""
+    kind, content = search_r1.action(segment)
+    if kind != SEARCH or ":" not in content or not content.rsplit(":", 1)[1].strip():
+        return None
+    return None if any(p in content.lower() for p in PLACEHOLDERS) else content
+
+
+def scored_answer(prompt: str, solution: str) -> str | None:
+    """Its reward and evaluation read the response alone: the policy's last answer."""
+    return policy_answer(solution)
+
+
+def passage_entry(passage: Passage) -> str:
+    """A routed model's reply, as it is."""
+    return passage.text.strip()
+
+
+def documents_block(entries: Sequence[str], after: str = "") -> str:
+    """The reply in the block, stripped, with the blank lines generation.py puts around it."""
+    return message_block("\n".join(entries), after)
+
+
+def queries_block(queries: Sequence[str], documents: Sequence[Sequence[str]], empty: str, after: str = "") -> str:
+    """Not reached: a search names one model and one query (max_queries_per_block 1)."""
+    raise ValueError("Router-R1's protocol sends one query a search")
