@@ -63,14 +63,14 @@ def test_killed_build_resumes_to_an_identical_index(tmp_path):
     All three runs are fresh processes: an encoder's float sums follow the process's thread count, which a test
     process may have changed (the bytes compared are the run's own, not the test process's)."""
 
-    # Four shards of 40 of the fixture's passages: the kill lands between shards as with the full corpus, and the
-    # three processes encode less than half of it (this test took 69 s of the suite's 10 minutes).
+    # Three shards of 30 of the fixture's passages: the kill lands between shards as with the full corpus, and the
+    # three processes encode under a third of it (this test took 69 s of the suite's 10 minutes, 62 s at 150).
     corpus = tmp_path / "passages.jsonl"
-    corpus.write_text("".join(PASSAGES.read_text().splitlines(keepends=True)[:150]))
+    corpus.write_text("".join(PASSAGES.read_text().splitlines(keepends=True)[:90]))
 
     def command(out: Path) -> list[str]:
         return [sys.executable, "-m", "search_backend.index.build", "--corpus", str(corpus), "--format", "jsonl",
-                "--out", str(out), "--shard-size", "40", "--batch-size", "20"]  # fmt: skip
+                "--out", str(out), "--shard-size", "30", "--batch-size", "15"]  # fmt: skip
 
     reference = tmp_path / "reference"
     subprocess.run(command(reference), cwd=ROOT, check=True, capture_output=True, timeout=300)
