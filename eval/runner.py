@@ -43,7 +43,7 @@ from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.search.base import SearchBackend
 from searchrl.stage.config import EpisodeConfig, ModelConfig, StageConfig, episode_problem, resolve_model_path
-from searchrl.stage.templates import load_tokenizer, protocol_model, render_prompt
+from searchrl.stage.templates import effective_model, load_tokenizer, protocol_model, render_prompt
 
 # Each protocol's evaluation as its authors ran it. R1-Searcher's: top-5 passages, up to 16 searches (training uses
 # 3 and 8). Search-R1's (scripts/nq_hotpotqa/evaluate.sh): top-3, 4 turns that may search and a last one that may
@@ -133,7 +133,7 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     e = p.add_argument_group("episode (default: the protocol's evaluation as its authors ran it, or the --stage's)")
     e.add_argument(
         "--protocol",
-        choices=PROTOCOL_NAMES,
+        choices=[name for name in PROTOCOL_NAMES if name in EVAL_EPISODES],
         default=None,
         help="the tag protocol the model speaks: its prompt, tags, answer extraction and evaluation settings "
         f"(default: the --stage's, else {DEFAULT_PROTOCOL})",
@@ -179,14 +179,21 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
 
 
 def protocol_from(args: argparse.Namespace) -> str:
-    """--protocol, else the --stage's, else the default; a --stage of another protocol is refused."""
+    """--protocol, else the --stage's, else the default; a --stage of another protocol is refused, and so is one
+    whose searches are routed to a pool of models (its evaluation is `searchrl eval routing`)."""
     staged = load(StageConfig, args.stage).protocol if args.stage else None
     if args.protocol and staged and args.protocol != staged:
         raise ConfigError(
             f"--protocol {args.protocol}: the --stage {args.stage} speaks {staged}; drop one of the two "
             "(a run speaks one protocol)"
         )
-    return args.protocol or staged or DEFAULT_PROTOCOL
+    protocol = args.protocol or staged or DEFAULT_PROTOCOL
+    if protocol not in EVAL_EPISODES:
+        raise ConfigError(
+            f"--protocol {protocol}: its searches name a pool model; evaluate it with `searchrl eval routing "
+            "--config configs/stages/router_r1.yaml`"
+        )
+    return protocol
 
 
 def episode_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> EpisodeConfig:
@@ -206,8 +213,18 @@ def episode_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> 
 
 
 def model_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> ModelConfig:
-    """The model config, under the protocol's own instruction where it has one (Search-R1's)."""
-    return protocol_model(_model_from(args), protocol)
+    """The model config with the prompt the policy was trained with: the --stage's (its own prompt, or its protocol's
+    instruction), else the protocol's instruction where it has one (Search-R1's), else the model config's own."""
+    model = _model_from(args)
+    if args.stage:
+        return effective_model(model, load(StageConfig, args.stage))
+    speaks = get_protocol(protocol)
+    if speaks.PROMPT is None and speaks.PROMPT_END is None:
+        raise ConfigError(
+            f"--protocol {protocol}: its prompt is its stage config's; give --stage (e.g. "
+            f"configs/stages/{protocol.replace('-', '_')}.yaml) instead"
+        )
+    return protocol_model(model, protocol)
 
 
 def _model_from(args: argparse.Namespace) -> ModelConfig:

@@ -213,3 +213,36 @@ def test_search_r1_checkpoint_evaluated_in_its_own_protocol(mini_index, tmp_path
     assert "speaks r1-searcher" in capsys.readouterr().err
     assert run_local([*args, "--index", str(mini_index), "--out", str(out)]) == 2
     assert "--force-new" in capsys.readouterr().err
+
+
+def test_rag_r1_checkpoint_evaluated_in_its_own_protocol(mini_index, tmp_path, capsys):
+    """RAG-R1's stage: its prompt, several queries in one `<search>`, answered in one `<information>` JSON block. Its
+    protocol without the stage (whose prompt it is) is refused, and so is a routing stage, sent to `eval routing`."""
+    s = next(s for s in SETS if s.name == "bamboogle")
+    recorded = tmp_path / "rag.jsonl"
+    with recorded.open("w") as fh:
+        for row in rows(s):
+            q = row["question"]
+            first = q.replace(",", " ")
+            traj = (f"<think>Two lookups.</think>\n<search> {first}, {row['golden_answers'][0]} </search>"
+                    f"<think>Found it.</think>\n<answer> {row['golden_answers'][0]} </answer>")  # fmt: skip
+            fh.write(json.dumps({"question": q, "gen_text_store": traj}) + "\n")
+    data = FLASHRAG / s.config / f"{s.split}.jsonl"
+    args = ["--dataset", f"bamboogle={data}", "--engine", "replay", "--recordings", str(recorded)]
+    out = tmp_path / "out"
+    stage = ["--stage", str(ROOT / "configs/stages/rag_r1.yaml")]
+    assert run_local([*args, *stage, "--index", str(mini_index), "--out", str(out)]) == 0, capsys.readouterr().err[
+        -2000:
+    ]
+    summary = json.loads((out / "bamboogle.summary.json").read_text())
+    assert summary["protocol"] == "rag-r1" and summary["settings"]["max_queries_per_block"] == 3
+    for r in (json.loads(line) for line in (out / "bamboogle.jsonl").open()):
+        assert r["prompt"].startswith("Answer the question below. Think inside <think> and </think> first")
+        assert r["num_searches"] == 1 and r["pred_ans"] == r["answer"][0]
+        block = r["gen_text_store"].split("\n<information>\n", 1)[1].split("\n</information>\n", 1)[0]
+        assert len(json.loads(block)["query"]) == 2
+    assert run_local([*args, "--protocol", "rag-r1", "--index", str(mini_index), "--out", str(tmp_path / "p")]) == 2
+    assert "give --stage (e.g. configs/stages/rag_r1.yaml)" in capsys.readouterr().err
+    router = ["--stage", str(ROOT / "configs/stages/router_r1.yaml")]
+    assert run_local([*args, *router, "--index", str(mini_index), "--out", str(tmp_path / "r")]) == 2
+    assert "searchrl eval routing" in capsys.readouterr().err
