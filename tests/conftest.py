@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,6 +52,37 @@ def fixtures() -> Path:
     return FIXTURES
 
 
+def shared_index(name: str, make: Callable[[Path], object]) -> Path:
+    """An index built once per test run and read by every pytest-xdist worker (each encoded both fixture corpora on
+    its own: about a minute of the suite's 10 minutes): the first worker to ask builds it under a file lock, the
+    others wait and read it; a build cut off is built again (the manifest is written last). Outside xdist, a
+    folder of this process. Tests that change an index copy it first."""
+    from filelock import FileLock
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        folder = Path(tempfile.mkdtemp(prefix=f"searchrl-{name}-"))
+        atexit.register(shutil.rmtree, folder, True)
+        make(folder / "index")
+        return folder / "index"
+    shared = Path(tempfile.gettempdir()) / f"searchrl-tests-{run}"
+    shared.mkdir(exist_ok=True)
+    out = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (out / "manifest.json").is_file():
+            shutil.rmtree(out, ignore_errors=True)
+            make(out)
+    return out
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Shared indexes of runs a day old or more: the workers of a run cannot tell which of them finishes last.
+    if not hasattr(session.config, "workerinput"):
+        for old in Path(tempfile.gettempdir()).glob("searchrl-tests-*"):
+            if time.time() - old.stat().st_mtime > 86_400:
+                shutil.rmtree(old, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def cls_model(tmp_path_factory) -> str:
     """MiniLM's transformer under CLS pooling, as bge pools: a model folder made here (a stand-in for bge)."""
@@ -63,12 +97,10 @@ def cls_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def mini_index(tmp_path_factory) -> Path:
-    """The quickstart's index over the bundled mini corpus, built once per test session."""
+    """The quickstart's index over the bundled mini corpus, built once per test run."""
     from search_backend.index.build import build
 
-    out = tmp_path_factory.mktemp("mini_index") / "index"
-    build(ROOT / "examples/mini_corpus.jsonl", "jsonl", out)
-    return out
+    return shared_index("mini_index", lambda out: build(ROOT / "examples/mini_corpus.jsonl", "jsonl", out))
 
 
 @pytest.fixture(scope="session")

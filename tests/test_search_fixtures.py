@@ -1,6 +1,6 @@
 """Shared helpers for the search tests (imported by the other test_search_* modules), and checks on the fixtures.
 
-The fixture index is built once per process and cached here, because pytest would build a session fixture once
+The fixture index is built once per test run and cached here, because pytest would build a session fixture once
 per module that imports it.
 """
 
@@ -36,12 +36,11 @@ def build_kwargs() -> dict:
 
 @functools.cache
 def fixture_index() -> Path:
-    """The kiltmini-slice index (Flat, MiniLM), built once per test process."""
+    """The kiltmini-slice index (Flat, MiniLM), built once per test run (tests.conftest.shared_index)."""
     from search_backend.index.build import build
+    from tests.conftest import shared_index
 
-    out = scratch_dir("searchrl-index-") / "index"
-    build(out=out, **build_kwargs())
-    return out
+    return shared_index("fixture_index", lambda out: build(out=out, **build_kwargs()))
 
 
 @functools.cache
