@@ -5,25 +5,17 @@ a tiny transformer, a real retrieval server and a real reward server."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
-from reward_server.app import ServerSettings, create_app
-from search_backend.serve.app import ServerConfig
-from search_backend.serve.app import create_app as create_search_app
 from searchrl.config import ConfigError
 from searchrl.protocols import get_protocol, rag_r1
-from searchrl.rollout.agent import Runtime, load_agent_executor
-from searchrl.rollout.engines import HFEngine, SamplingParams
 from searchrl.search.base import Passage
 from searchrl.stage.config import load_stage
-from searchrl.stage.templates import effective_model, prompt_end, render_prompt
 from searchrl.tiny_policy.model import build_model, build_tokenizer
-from tests.conftest import FIXTURES, ROOT, serve
-from tests.test_agent import Script
-from tests.test_search_fixtures import fixture_index
+from tests.conftest import FIXTURES, ROOT
+from tests.test_search_r1_protocol import episode_runner, stage_servers
 
 STAGE = ROOT / "configs/stages/rag_r1.yaml"
 BASE_MODEL = "model=configs/models/qwen2.5-7b-base.yaml"
@@ -41,47 +33,13 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def servers():
-    stage, _ = load_stage(STAGE)
-    with serve(create_search_app(ServerConfig(index_dir=fixture_index()))) as search_url:
-        with serve(create_app(ServerSettings(spec=stage.reward))) as reward_url:
-            yield search_url, reward_url
-
-
-def turns(observed: str) -> int:
-    return observed.count(rag_r1.DOCUMENTS_OPEN) + observed.count(rag_r1.INVALID_ACTION.strip())
-
-
-def run(servers, tokenizer, segments: list[str], *overrides: str):
-    search_url, reward_url = servers
-    stage, model_cfg = load_stage(
-        STAGE, [BASE_MODEL, f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0",
-                *overrides],
-    )  # fmt: skip
-    model_cfg = effective_model(model_cfg, stage)
-    prompt = render_prompt(model_cfg, QUESTION, prompt_end=prompt_end(stage))
-
-    async def go():
-        runtime = Runtime.from_stage(stage)
-        Runtime.install(runtime)
-        try:
-            engine = HFEngine(run.model, tokenizer, steer=Script(tokenizer, prompt, segments, turns))
-            executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
-            params = SamplingParams(temperature=0.0, max_tokens=None)
-            return await executor.execute(prompt, "Nidal Hasan", params, 4096, tokenizer, engine)
-        finally:
-            Runtime.install(None)
-            await runtime.rewards.aclose()
-            await runtime.environment.search.aclose()
-
-    result = asyncio.run(go())
-    text = tokenizer.decode(result["observation_tokens"])
-    return prompt, result, text, {k: float(v) for k, v in result["extra_logs"].items()}
+    with stage_servers(STAGE) as urls:
+        yield urls
 
 
 @pytest.fixture(scope="module")
 def episode(servers, tokenizer):
-    run.model = build_model(len(tokenizer))  # type: ignore[attr-defined]
-    return lambda segments, *overrides: run(servers, tokenizer, segments, *overrides)
+    return episode_runner(servers, tokenizer, build_model(len(tokenizer)), STAGE)
 
 
 def test_several_queries_in_one_search_come_back_as_rag_r1s_json_block(episode, tokenizer):

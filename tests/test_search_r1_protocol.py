@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -46,19 +47,26 @@ def model(tokenizer):
     return build_model(len(tokenizer))
 
 
-@pytest.fixture(scope="module")
-def servers():
-    stage, _ = load_stage(STAGE)
+@contextmanager
+def stage_servers(path=STAGE):
+    """A retrieval server over the fixture index and a reward server scoring the stage's reward."""
+    stage, _ = load_stage(path)
     with serve(create_search_app(ServerConfig(index_dir=fixture_index()))) as search_url:
         with serve(create_app(ServerSettings(spec=stage.reward))) as reward_url:
             yield search_url, reward_url
 
 
-def stage_config(servers, *overrides: str):
+@pytest.fixture(scope="module")
+def servers():
+    with stage_servers() as urls:
+        yield urls
+
+
+def stage_config(servers, *overrides: str, path=STAGE):
     search_url, reward_url = servers
     stage, model_cfg = load_stage(
-        STAGE, [BASE_MODEL, f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0",
-                *overrides],
+        path, [BASE_MODEL, f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0",
+               *overrides],
     )  # fmt: skip
     return stage, effective_model(model_cfg, stage)
 
@@ -68,13 +76,13 @@ def search_r1_turn(observed: str) -> int:
     return observed.count(search_r1.DOCUMENTS_OPEN) + observed.count(search_r1.INVALID_ACTION.strip())
 
 
-async def run_episode(stage, model_cfg, tokenizer, segments, label="Nidal Hasan"):
+async def run_episode(stage, model_cfg, tokenizer, model, segments, label="Nidal Hasan"):
     executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
     runtime = Runtime.from_stage(stage)
     Runtime.install(runtime)
     try:
         prompt = render_prompt(model_cfg, QUESTION, prompt_end=prompt_end(stage))
-        engine = HFEngine(build_model.cached, tokenizer, steer=Script(tokenizer, prompt, segments, search_r1_turn))
+        engine = HFEngine(model, tokenizer, steer=Script(tokenizer, prompt, segments, search_r1_turn))
         params = SamplingParams(temperature=0.0, max_tokens=None)
         result = await executor.execute(prompt, label, params, 4096, tokenizer, engine)
         return prompt, result
@@ -84,17 +92,21 @@ async def run_episode(stage, model_cfg, tokenizer, segments, label="Nidal Hasan"
         await runtime.environment.search.aclose()
 
 
-@pytest.fixture
-def episode(servers, tokenizer, model):
-    build_model.cached = model  # type: ignore[attr-defined]
+def episode_runner(servers, tokenizer, model, path=STAGE):
+    """Runs one scripted episode of the stage through OpenRLHF's loop: (prompt, result, text, logs)."""
 
     def run(segments: list[str], *overrides: str):
-        stage, model_cfg = stage_config(servers, *overrides)
-        prompt, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, segments))
+        stage, model_cfg = stage_config(servers, *overrides, path=path)
+        prompt, result = asyncio.run(run_episode(stage, model_cfg, tokenizer, model, segments))
         text = tokenizer.decode(result["observation_tokens"])
         return prompt, result, text, {k: float(v) for k, v in result["extra_logs"].items()}
 
     return run
+
+
+@pytest.fixture
+def episode(servers, tokenizer, model):
+    return episode_runner(servers, tokenizer, model)
 
 
 def test_the_prompt_is_search_r1s_instruction_as_its_data_script_writes_it():
