@@ -48,9 +48,9 @@ def model(tokenizer):
 
 
 @contextmanager
-def stage_servers(path=STAGE):
+def stage_servers(path=STAGE, *overrides: str):
     """A retrieval server over the fixture index and a reward server scoring the stage's reward."""
-    stage, _ = load_stage(path)
+    stage, _ = load_stage(path, overrides)
     with serve(create_search_app(ServerConfig(index_dir=fixture_index()))) as search_url:
         with serve(create_app(ServerSettings(spec=stage.reward))) as reward_url:
             yield search_url, reward_url
@@ -77,7 +77,7 @@ def search_r1_turn(observed: str) -> int:
 
 
 async def run_episode(stage, model_cfg, tokenizer, model, segments, label="Nidal Hasan"):
-    executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
+    executor = load_agent_executor(ROOT / stage.stage / "agent_func.py")
     runtime = Runtime.from_stage(stage)
     Runtime.install(runtime)
     try:
@@ -192,8 +192,12 @@ def test_a_recorded_r1_searcher_trajectory_replays_in_search_r1s_tags_and_is_sco
 
 
 def test_one_protocol_per_run_in_the_config():
-    with pytest.raises(ConfigError, match="protocol: search-r1, and reward.formula searchrl reads r1-searcher"):
+    with pytest.raises(ConfigError, match="protocol: search-r1, and reward.protocol is r1-searcher: set"):
         load_stage(ROOT / "configs/stages/stage2_answer.yaml", ["protocol=search-r1"])
+    with pytest.raises(ConfigError, match="episode.max_turns: protocol search-r1 goes on after an invalid turn"):
+        load_stage(ROOT / "configs/stages/stage2_answer.yaml", ["protocol=search-r1", "reward.protocol=search-r1"])
+    with pytest.raises(ConfigError, match="reward.formula router_r1 reads r1-searcher's tags"):
+        load_stage(STAGE, ["reward.formula=router_r1"])
     with pytest.raises(ConfigError, match="protocol: r1-searcher, and reward.formula search_r1_em reads search-r1"):
         load_stage(STAGE, ["protocol=r1-searcher", "episode.max_turns=null"])
     with pytest.raises(ConfigError, match="episode.max_turns: Search-R1's turn limit"):

@@ -89,6 +89,24 @@ class ParsedSolution:
     answer_closes: int
     answer: str | None
 
+    # Tags whose presence inside the answer means the model stuffed the protocol into it.
+    ANSWER_FORBIDDEN = ("begin_of_query", "end_of_query", "begin_of_documents", "end_of_documents", THINK_OPEN,
+                        THINK_CLOSE)  # fmt: skip
+
+    @property
+    def searched(self) -> bool:
+        return self.tag_counts["begin_of_query"] >= 1
+
+    @property
+    def blocks_balanced(self) -> bool:
+        """The seven query/documents tag forms appear equally often."""
+        return len(set(self.tag_counts.values())) == 1
+
+    @property
+    def structure_ok(self) -> bool:
+        """The prompt opened `<think>`: the policy closes it once and opens none."""
+        return self.think_opens == 0 and self.think_closes == 1
+
     @cached_property
     def queries(self) -> list[str]:
         if not self.tag_counts["begin_of_query"]:

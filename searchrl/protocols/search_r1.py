@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from searchrl.protocols import r1_searcher
 from searchrl.protocols.segments import policy_segments
@@ -22,6 +23,9 @@ from searchrl.search.base import Passage
 
 THINK, SEARCH, INFORMATION, ANSWER = "think", "search", "information", "answer"
 TAGS = (THINK, SEARCH, INFORMATION, ANSWER)
+THINK_OPEN, THINK_CLOSE = f"<{THINK}>", f"</{THINK}>"
+SEARCH_OPEN = f"<{SEARCH}>"
+ANSWER_OPEN, ANSWER_CLOSE = f"<{ANSWER}>", f"</{ANSWER}>"
 # Where generation stops: a search to run, or the answer (generation.py cuts a response after either).
 STOP = (f"</{SEARCH}>", f"</{ANSWER}>")
 
@@ -172,7 +176,12 @@ def format_problem(sequence: str) -> str | None:
     marker = ASSISTANT_MARKER.search(sequence)
     if marker is None:
         return "Missing assistant marker"
-    content = sequence[marker.end() :]
+    return walk_problem(sequence[marker.end() :])
+
+
+def walk_problem(content: str) -> str | None:
+    """The v0.3 format's walk over a response: None when its blocks come in order (`<think>`, then `<search>` and
+    the `<information>` it brought, or `<answer>` to end) with only white space between them, else what broke."""
     for tag in TAGS:
         opened, closed = content.count(f"<{tag}>"), content.count(f"</{tag}>")
         if opened != closed:
@@ -190,6 +199,53 @@ def format_problem(sequence: str) -> str | None:
         elif state not in _INSIDE:
             return f"Unexpected content '{part.strip()}' between tags (state: {state})"
     return None if state == "end" else f"Incomplete sequence, ended in state {state}"
+
+
+# What the project's own reward (formula searchrl) reads of a response in this protocol: the same facts as
+# R1-Searcher's ParsedSolution, so the same format rules apply. The policy's own text leaves out what the
+# environment appended: the information blocks and the invalid-action message (itself full of tags).
+_ANSWER_FORBIDDEN = (THINK_OPEN, THINK_CLOSE, SEARCH_OPEN, SEARCH_CLOSE, DOCUMENTS_OPEN, DOCUMENTS_CLOSE)
+
+
+@dataclass(frozen=True)
+class ParsedSolution:
+    text: str
+    own: str  # the policy's own text
+    structure_ok: bool  # the v0.3 walk holds over the whole response
+    num_searches: int  # complete <search> blocks the policy wrote
+    num_document_blocks: int
+    answer_opens: int
+    answer_closes: int
+    answer: str | None
+    ANSWER_FORBIDDEN = _ANSWER_FORBIDDEN
+
+    @property
+    def outside_documents(self) -> str:
+        return self.own
+
+    @property
+    def searched(self) -> bool:
+        return self.num_searches >= 1
+
+    @property
+    def blocks_balanced(self) -> bool:
+        """Every search the policy opened it closed, and each brought one information block."""
+        return self.own.count(SEARCH_OPEN) == self.num_searches == self.num_document_blocks
+
+
+def parse_solution(text: str) -> ParsedSolution:
+    own = _INFORMATION.sub("", text.replace(INVALID_ACTION or "", ""))
+    answers = _ANSWER.findall(own)
+    return ParsedSolution(
+        text=text,
+        own=own,
+        structure_ok=walk_problem(text) is None,
+        num_searches=own.count(SEARCH_CLOSE),
+        num_document_blocks=len(_INFORMATION.findall(text)),
+        answer_opens=own.count(ANSWER_OPEN),
+        answer_closes=own.count(ANSWER_CLOSE),
+        answer=answers[-1].strip() if answers else None,
+    )
 
 
 def from_r1_searcher(trajectory: str) -> str:

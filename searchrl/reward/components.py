@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from searchrl.metrics import YES_NO, normalize_answer
-from searchrl.protocols.r1_searcher import ParsedSolution
+from searchrl.reward.format_rules import ParsedSolution
 
 _YES_NO = frozenset(YES_NO)
 
@@ -30,7 +30,7 @@ def search_well_formed(parsed: ParsedSolution, violations: Mapping[str, bool]) -
     >>> search_well_formed(searched, {**ok, "forged_documents": True})
     0.0
     """
-    ok = parsed.tag_counts["begin_of_query"] >= 1 and not violations["tag_counts"]
+    ok = parsed.searched and not violations["tag_counts"]
     return float(ok and not violations["forged_documents"])
 
 

@@ -1,4 +1,5 @@
-"""Format violations, one small pure function per rule (R1-Searcher's rules plus forged documents).
+"""Format violations, one small pure function per rule (R1-Searcher's rules plus forged documents), read from a
+solution as its protocol parses it.
 
 Each rule answers "is this solution in violation?"; the rewards combine them with explicit weights
 and every rule's verdict is logged on its own, so a collapse can be traced to the rule that fired.
@@ -10,14 +11,34 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
-
-from searchrl.protocols.r1_searcher import ParsedSolution
+from typing import Any, Protocol
 
 _CJK = re.compile("[\u4e00-\u9fff]")
 
-# Tags whose presence inside the answer means the model stuffed the protocol into it.
-_TAG_FRAGMENTS = ("begin_of_query", "end_of_query", "begin_of_documents", "end_of_documents", "<think>", "</think>")
+
+class ParsedSolution(Protocol):
+    """What the rules read of a solution, as each protocol the project's own reward reads parses it
+    (searchrl.protocols.r1_searcher.parse_solution, searchrl.protocols.search_r1.parse_solution)."""
+
+    text: str
+    answer_opens: int
+    answer_closes: int
+    answer: str | None
+    # Tags whose presence inside the answer means the model stuffed the protocol into it.
+    ANSWER_FORBIDDEN: tuple[str, ...]
+
+    @property
+    def searched(self) -> bool: ...
+    @property
+    def blocks_balanced(self) -> bool: ...
+    @property
+    def structure_ok(self) -> bool: ...
+    @property
+    def outside_documents(self) -> str: ...
+    @property
+    def num_document_blocks(self) -> int: ...
+    @property
+    def num_searches(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -32,11 +53,12 @@ class FormatContext:
 
 
 def tag_counts(p: ParsedSolution, ctx: FormatContext) -> bool:
-    return len(set(p.tag_counts.values())) > 1
+    return not p.blocks_balanced
 
 
 def think(p: ParsedSolution, ctx: FormatContext) -> bool:
-    return not (p.think_opens == 0 and p.think_closes == 1)
+    # R1-Searcher's: the prompt's `<think>` closed once, none opened; Search-R1's: its v0.3 walk over the response.
+    return not p.structure_ok
 
 
 def answer_count(p: ParsedSolution, ctx: FormatContext) -> bool:
@@ -44,7 +66,7 @@ def answer_count(p: ParsedSolution, ctx: FormatContext) -> bool:
 
 
 def tags_in_answer(p: ParsedSolution, ctx: FormatContext) -> bool:
-    return p.answer is not None and any(tag in p.answer for tag in _TAG_FRAGMENTS)
+    return p.answer is not None and any(tag in p.answer for tag in p.ANSWER_FORBIDDEN)
 
 
 def answer_too_long(p: ParsedSolution, ctx: FormatContext) -> bool:

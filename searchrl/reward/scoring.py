@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from searchrl.metrics import all_metrics
-from searchrl.protocols.r1_searcher import parse_solution
+from searchrl.protocols import r1_searcher
+from searchrl.protocols import search_r1 as search_r1_protocol
 from searchrl.reward import search_r1
 from searchrl.reward.components import answer_score, format_valid, format_violated, search_well_formed
-from searchrl.reward.format_rules import context_from_metadata, find_violations
+from searchrl.reward.format_rules import ParsedSolution, context_from_metadata, find_violations
 from searchrl.reward.router_r1 import score_router_r1
 from searchrl.reward.spec import RewardSpec
+
+# How the project's own formula parses a solution in each protocol it reads (reward.protocol).
+SOLUTION_PARSERS: dict[str, Callable[[str], ParsedSolution]] = {
+    "r1-searcher": r1_searcher.parse_solution,
+    "search-r1": search_r1_protocol.parse_solution,
+}
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ def score_solution(
         return SampleScore(*score_router_r1(solution, golds, spec, metadata))
     if spec.search_r1:
         return score_search_r1(solution, golds, spec)
-    parsed = parse_solution(solution.strip())
+    parsed = SOLUTION_PARSERS[spec.reads](solution.strip())
     violations = find_violations(
         parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk, spec.role_leakage_scope)
     )

@@ -208,6 +208,9 @@ def episode_problem(protocol: str, episode: EpisodeConfig, backend: str = "http"
     """Why an episode's settings (and its search backend) do not fit a tag protocol; None when they do."""
     if protocol == "r1-searcher" and episode.max_turns is not None:
         return "episode.max_turns: Search-R1's turn limit; R1-Searcher's episodes use max_searches"
+    if episode.max_turns is None and get_protocol(protocol).INVALID_ACTION is not None:
+        # Its episode goes on after a turn that neither searches nor answers: only a turn limit ends such a loop.
+        return f"episode.max_turns: protocol {protocol} goes on after an invalid turn; set a turn limit (Search-R1: 2)"
     if episode.max_queries_per_block > 1 and not get_protocol(protocol).MULTI_QUERY:
         return (
             f"episode.max_queries_per_block: protocol {protocol} takes one query a search; set it to 1, or speak "
