@@ -4,15 +4,17 @@ an lr = 0 control of each stage and an independent evaluation of every checkpoin
 
     python -m benchmarks.learning --stages stage1,stage2 --seeds 3 --out DIR
         [--steps1 8] [--steps2 20] [--lr 3e-4] [--eval-samples 2] [--options grpo,dynamic,process,efficiency]
-        [--first-seed K]
+        [--first-seed K] [--protocol search-r1]
     python -m benchmarks.learning --merge DIR [DIR ...] --out DIR   # one report from several runs' seeds
 
 The independent evaluation runs each checkpoint outside the training loop (Hugging Face `generate`, not the
 training rehearsal's vLLM stand-in) on questions training never saw (the last 100 stage-1 questions; the 100
 held-out fictional people), appends documents with the environment step against the retrieval server and
 scores each episode with the stage's reward server, twice: sampled as training samples (temperature 1.0, top-p
-0.95, two samples a question) and greedy, as `searchrl eval local` decodes (R1-Searcher's protocol). The
-stage-2 targets are checked on both.
+0.95, two samples a question) and greedy, as `searchrl eval local` decodes. The stage-2 targets are checked on both.
+
+`--protocol search-r1` runs the same two stages in Search-R1's tags (PROTOCOL_FLAGS: its protocol, the stage's
+reward reading it, its two-turn limit) from the warm start written in them (examples/tiny_policy_search_r1/).
 
 Writes DIR/learning.json (per seed and step: mean reward, format-and-search rate, EM, searches per
 episode, response length, step time split into generation / training / weight sync; the evaluations;
@@ -45,20 +47,31 @@ from eval.generation import GenParams, HFTextEngine, run_episodes  # noqa: E402
 from searchrl.config import load  # noqa: E402
 from searchrl.paths import EXAMPLES, ROOT  # noqa: E402
 from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
+from searchrl.protocols import get_protocol  # noqa: E402
 from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
 from searchrl.rehearsal.inputs import rehearsal_index  # noqa: E402
 from searchrl.rehearsal.ray_head import RayHead  # noqa: E402
-from searchrl.rehearsal.warm_start import base_template  # noqa: E402
+from searchrl.rehearsal.warm_start import SPEAKERS, base_template  # noqa: E402
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start  # noqa: E402
 from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
 from searchrl.rollout.reward_client import RewardClient  # noqa: E402
 from searchrl.search.http_client import HttpSearchBackend  # noqa: E402
 from searchrl.stage.config import EpisodeConfig, ModelConfig, load_stage  # noqa: E402
+from searchrl.stage.templates import effective_model  # noqa: E402
 from searchrl.tiny_policy.build import fictional_people  # noqa: E402
 from searchrl.tiny_policy.mixture import HELDOUT_STAGE1  # noqa: E402
 from searchrl.tiny_policy.probe import probe  # noqa: E402
+from searchrl.tiny_policy.writing import WRITINGS  # noqa: E402
 
 STAGE_FILES = {"stage1": "stage1_format", "stage2": "stage2_answer"}
+# Each stage's overrides in a protocol: the stage speaks it, its reward reads it, and Search-R1's turn limit (its
+# training scripts' 2) ends the episodes that its invalid-action answer would otherwise let run on.
+PROTOCOL_FLAGS: dict[str, list[str]] = {
+    "r1-searcher": [],
+    "search-r1": ["protocol=search-r1", "reward.protocol=search-r1", "episode.max_turns=2", "episode.max_searches=2"],
+}
+# The stage-1 end the issue asks of each protocol's runs (R1-Searcher's: issue 49; Search-R1's: issue 48).
+STAGE1_FINAL = {"r1-searcher": 0.8, "search-r1": 0.6}
 # The per-step figures kept from OpenRLHF's own logs, under the names this report uses.
 STEP_KEYS = {
     "reward": "reward",
@@ -128,16 +141,20 @@ async def _evaluate(
     checkpoint: Path, stage: str, servers: Servers, samples: int, seed: int, overrides: list[str], temperature: float
 ) -> dict[str, Any]:
     cfg, _ = load_stage(ROOT / "configs/stages" / f"{STAGE_FILES[stage]}.yaml", overrides)
-    model = load(ModelConfig, ROOT / cfg.model)
+    model = effective_model(load(ModelConfig, ROOT / cfg.model), cfg)
     rows = [r for r in heldout(stage) for _ in range(samples)]
     prompts = [model.template.replace("{question}", r["question"]) for r in rows]  # type: ignore[union-attr]
     labels = [r["answer"] for r in rows]
     engine = HFTextEngine.from_pretrained(str(checkpoint), batch_size=32)
     search = HttpSearchBackend([servers.search_url])
-    env = SearchEnvironment(search, EpisodeConfig(**cfg.episode.model_dump()))
+    protocol = get_protocol(cfg.protocol)
+    env = SearchEnvironment(search, EpisodeConfig(**cfg.episode.model_dump()), protocol=protocol)
     rewards = RewardClient([servers.reward_url(stage, overrides)], deadline_s=120)
     top_p = 0.95 if temperature > 0 else 1.0
-    params = GenParams(temperature=temperature, top_p=top_p, max_tokens=cfg.episode.max_segment_tokens, seed=seed)
+    params = GenParams.for_protocol(
+        protocol, cfg.episode.stop_after_answer, temperature=temperature, top_p=top_p,
+        max_tokens=cfg.episode.max_segment_tokens, seed=seed,
+    )  # fmt: skip
     try:
         results = await run_episodes(engine, env, prompts, labels, params)
         scored = await asyncio.gather(
@@ -169,7 +186,7 @@ async def _evaluate(
 
 
 @functools.cache
-def copying(checkpoint: Path, samples: int, seed: int) -> dict[str, Any]:
+def copying(checkpoint: Path, samples: int, seed: int, protocol: str) -> dict[str, Any]:
     """The copy probe on the held-out people (searchrl/tiny_policy/probe.py): does the query name the person,
     does the answer follow the documents, and does it follow another person's documents swapped in. Once per
     checkpoint: stage 1's final checkpoint is also stage 2's start."""
@@ -177,7 +194,8 @@ def copying(checkpoint: Path, samples: int, seed: int) -> dict[str, Any]:
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    return probe(model, tokenizer, base_template(), fictional_people("heldout"), samples=samples, seed=seed)
+    people, writing = fictional_people("heldout"), WRITINGS[protocol]
+    return probe(model, tokenizer, base_template(protocol), people, samples=samples, seed=seed, writing=writing)
 
 
 def evaluate(
@@ -189,7 +207,8 @@ def evaluate(
         # Greedy decoding answers each question once: one sample a question, the mode of the policy.
         mode = asyncio.run(_evaluate(checkpoint, stage, servers, 1, seed, overrides, temperature=0.0))
         out["greedy"] = {k: mode[k] for k in GREEDY_KEYS}
-    out["copy"] = copying(checkpoint, samples, seed)
+    protocol = load_stage(ROOT / "configs/stages" / f"{STAGE_FILES[stage]}.yaml", overrides)[0].protocol
+    out["copy"] = copying(checkpoint, samples, seed, protocol)
     out["seconds"] = round(time.monotonic() - t0, 1)
     c = out["copy"]
     shown = f" (greedy {out['greedy']['em']:.3f})" if greedy else ""
@@ -248,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-greedy", action="store_true", help="skip the greedy evaluation (its targets go unchecked)")
     p.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
     p.add_argument(
+        "--protocol", choices=sorted(SPEAKERS), default="r1-searcher", help="the tags both stages speak (%(default)s)"
+    )
+    p.add_argument(
         "--merge",
         type=Path,
         nargs="+",
@@ -266,11 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--options: unknown {unknown}; known: {sorted(OPTIONS)}")
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    model = load(ModelConfig, ROOT / "configs/models/qwen2.5-7b-base.yaml")
+    flags = PROTOCOL_FLAGS[args.protocol]
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "prompt_template": model.template,
+        "protocol": args.protocol,
+        "prompt_template": base_template(args.protocol),
         "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(out)},
         "seeds": [],
     }
@@ -283,12 +306,14 @@ def main(argv: list[str] | None = None) -> int:
             entry: dict[str, Any] = {"seed": seed}
 
             def judge(checkpoint: Path, stage: str, seed: int = seed) -> dict:
-                return evaluate(checkpoint, stage, servers, args.eval_samples, seed, [], not args.no_greedy)
+                return evaluate(checkpoint, stage, servers, args.eval_samples, seed, flags, not args.no_greedy)
 
-            warm = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True))
-            runs1 = [partial(run_stage, "stage1", args.steps1, home / "runs", args.lr, seed, warm, [], servers)]
+            log = lambda m: print(m, flush=True)  # noqa: E731
+            warm = ensure_warm_start(rehearsal_index(), log=log, protocol=args.protocol)
+            runs1 = [partial(run_stage, "stage1", args.steps1, home / "runs", args.lr, seed, warm, flags, servers)]
             if not args.no_control:
-                runs1.append(partial(run_stage, "stage1", args.steps1, home / "control", 0.0, seed, warm, [], servers))
+                c_out = home / "control"
+                runs1.append(partial(run_stage, "stage1", args.steps1, c_out, 0.0, seed, warm, flags, servers))
             s1, *c1 = side_by_side(*runs1)
             stage1_final = Path(s1["hf_checkpoint"])
             entry["stage1"] = {"train": s1, "eval": {}}
@@ -302,12 +327,12 @@ def main(argv: list[str] | None = None) -> int:
                 copy_model(warm, home / "stage1/warm_start")
                 copy_model(stage1_final, home / "stage1/final")
             if "stage2" in stages:
-                runs2 = [partial(run_stage, "stage2", args.steps2, home / "runs", args.lr, seed, None, [], servers)]
+                runs2 = [partial(run_stage, "stage2", args.steps2, home / "runs", args.lr, seed, None, flags, servers)]
                 if not args.no_control:
                     c_out, c_from = home / "control", stage1_final
-                    runs2.append(partial(run_stage, "stage2", args.steps2, c_out, 0.0, seed, c_from, [], servers))
+                    runs2.append(partial(run_stage, "stage2", args.steps2, c_out, 0.0, seed, c_from, flags, servers))
                 for name in options:
-                    o_out, o_flags = home / name, OPTIONS[name]
+                    o_out, o_flags = home / name, [*flags, *OPTIONS[name]]
                     runs2.append(
                         partial(run_stage, "stage2", args.steps2, o_out, args.lr, seed, stage1_final, o_flags, servers)
                     )
@@ -338,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-MERGE_KEYS = ("steps1", "lr", "eval_samples")
+MERGE_KEYS = ("steps1", "lr", "eval_samples", "protocol")
 
 
 def merge(dirs: list[Path], out: Path) -> int:
@@ -347,7 +372,8 @@ def merge(dirs: list[Path], out: Path) -> int:
     reports = [json.loads((d / "learning.json").read_text(encoding="utf-8")) for d in dirs]
     first = reports[0]
     for d, r in zip(dirs, reports, strict=True):
-        differ = [k for k in MERGE_KEYS if r["settings"].get(k) != first["settings"].get(k)]
+        setting = lambda report, k: report["settings"].get(k, "r1-searcher" if k == "protocol" else None)  # noqa: E731
+        differ = [k for k in MERGE_KEYS if setting(r, k) != setting(first, k)]
         if differ:
             raise SystemExit(f"--merge: {d} differs from {dirs[0]} in {differ}; seeds are comparable only when equal")
     seeds = [s for r in reports for s in r["seeds"]]
@@ -397,8 +423,12 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
         worst_gain = min(e["final"]["score"] - e[start]["score"] for e in evals)
         entry: dict[str, Any] = {"mean": means, "worst_seed_gain": worst_gain}
         if stage == "stage1":
+            final = STAGE1_FINAL[report.get("protocol", "r1-searcher")]
+            gaps = [e["final"]["score"] - e["control"]["score"] for e in evals if "control" in e]
+            entry["worst_seed_gap_to_control"] = min(gaps) if gaps else None
             entry["targets"] = {
-                "final_at_least_0.8": min(e["final"]["score"] for e in evals) >= 0.8,
+                f"final_at_least_{final}": min(e["final"]["score"] for e in evals) >= final,
+                "above_control_by_at_least_0.25": bool(gaps) and min(gaps) >= 0.25,
                 "gain_at_least_0.3": worst_gain >= 0.3,
                 "control_moves_less_than_0.1": all(
                     abs(e["control"]["score"] - e[start]["score"]) < 0.1 for e in evals if "control" in e

@@ -980,8 +980,11 @@ def learning(name: str = "learning", targets: bool = True) -> str:
     head = source(
         name,
         d,
-        f" {len(d['seeds'])} seed(s); stage 1 {st['steps1']} and stage 2 {st['steps2']} rollout steps of 8 prompts x "
-        f"8 samples, lr {st['lr']:g}; each checkpoint sampled on "
+        f" {len(d['seeds'])} seed(s); stage 1 {st['steps1']}"
+        + (f" and stage 2 {st['steps2']}" if any("stage2" in s for s in d["seeds"]) else "")
+        + f" rollout steps of 8 prompts x 8 samples, lr {st['lr']:g}"
+        + (f", in {d['protocol']}'s tags" if d.get("protocol", "r1-searcher") != "r1-searcher" else "")
+        + "; each checkpoint sampled on "
         f"{d['seeds'][0]['stage1']['eval']['final']['episodes']} held-out episodes outside the training loop "
         "(temperature 1, top-p 0.95), and decoded greedily once per held-out question",
     )
@@ -1087,6 +1090,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "router-cost": router_cost,
     "learning": learning,
     "learning-options": partial(learning, "learning_options", targets=False),
+    "learning-search-r1": partial(learning, "learning_search_r1"),
     "async-projection": async_projection,
 }
 

@@ -8,33 +8,99 @@ import random
 
 import pytest
 
+from searchrl.protocols import search_r1
 from searchrl.protocols.r1_searcher import BEGIN_DOCS, BEGIN_QUERY, END_QUERY, extract_answer
 from searchrl.qa_data.fictional import CITIES
 from searchrl.rehearsal import warm_start
-from searchrl.tiny_policy import supervise
+from searchrl.reward.scoring import score_solution
+from searchrl.reward.spec import RewardSpec
+from searchrl.tiny_policy import mixture, supervise
 from searchrl.tiny_policy.build import fictional_people
-from searchrl.tiny_policy.curriculum import Phase, Recipe, World, episode, made_up
+from searchrl.tiny_policy.curriculum import EOS, Phase, Recipe, World, episode, made_up
 from searchrl.tiny_policy.mixture import Question
 from searchrl.tiny_policy.probe import first_segment, probe
+from searchrl.tiny_policy.writing import WRITINGS, Writing
+
+SEARCH_R1 = WRITINGS["search-r1"]
 
 TEMPLATE = "Solve it with search.\n\nUser:{question}\nAssistant: <think>"
 
 
-def small_world() -> World:
+def small_world(writing: Writing = WRITINGS["r1-searcher"]) -> World:
     real = [(Question("Who wrote Hamlet?", "Shakespeare", "wrote Hamlet"), ["Title: Hamlet Text: by Shakespeare"])]
     people = fictional_people("train")
     taken = {q.query for q, _ in people} | {q.query for q, _ in fictional_people("heldout")}
-    return World(TEMPLATE, real, people, frozenset(taken))
+    template = TEMPLATE if writing.PROTOCOL == "r1-searcher" else search_r1.PROMPT
+    return World(template, real, people, frozenset(taken), writing)
 
 
-def test_shipped_warm_start_is_built_from_todays_inputs():
-    record = warm_start.shipped_record()
-    assert record, f"no {warm_start.SHIPPED}/build.json: python -m searchrl.rehearsal.warm_start build"
-    assert record["inputs_hash"] == warm_start.inputs_hash(), (
-        "the warm start's inputs changed since it was built: python -m searchrl.rehearsal.warm_start build "
-        f"(then commit {warm_start.SHIPPED})"
+@pytest.mark.parametrize("protocol", sorted(warm_start.SPEAKERS))
+def test_shipped_warm_start_is_built_from_todays_inputs(protocol):
+    record, shipped = warm_start.shipped_record(protocol), warm_start.speaker(protocol).shipped
+    build = f"python -m searchrl.rehearsal.warm_start build --protocol {protocol}"
+    assert record, f"no {shipped}/build.json: {build}"
+    assert record["inputs_hash"] == warm_start.inputs_hash(record["recipe"]["seed"], protocol), (
+        f"the warm start's inputs changed since it was built: {build} (then commit {shipped})"
     )
-    assert (warm_start.SHIPPED / "model.safetensors").stat().st_size < 4 * 2**20
+    assert (shipped / "model.safetensors").stat().st_size < 4 * 2**20
+
+
+def test_the_warm_starts_differ_by_protocol_and_other_protocols_start_from_r1_searchers():
+    hashes = {p: warm_start.inputs_hash(0, p) for p in warm_start.SPEAKERS}
+    assert len(set(hashes.values())) == len(hashes)
+    assert warm_start.speaker("rag-r1") == warm_start.speaker("router-r1") == warm_start.SPEAKERS["r1-searcher"]
+    assert warm_start.base_template("search-r1") == search_r1.PROMPT
+
+
+def test_search_r1s_shipped_warm_start_speaks_its_tags_and_copies_sometimes():
+    """Sampled here from the shipped weights, written in Search-R1's tags: it searches in most episodes, its query
+    names the person, and its answer follows the documents sometimes (stage 1 and 2 have something to learn)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    shipped = warm_start.speaker("search-r1").shipped
+    model = AutoModelForCausalLM.from_pretrained(shipped)
+    tokenizer = AutoTokenizer.from_pretrained(shipped)
+    template = warm_start.base_template("search-r1")
+    got = probe(model, tokenizer, template, fictional_people("heldout"), samples=2, seed=7, writing=SEARCH_R1)
+    assert got["episodes"] == 200 and got["search_rate"] > 0.5, got
+    assert got["names_rate"] >= 0.6 and 0.05 <= got["doc_city"] <= 0.6, got
+
+
+STAGE1_IN_SEARCH_R1 = RewardSpec(
+    answer_weight=0.0, search_weight=0.5, format_weight=0.5, violation_penalty=0.0, protocol="search-r1"
+)
+# Each kind's worth under stage 1's reward in Search-R1's tags (searchrl/tiny_policy/writing.py's table).
+SEARCH_R1_KINDS = {"correct": 1.0, "no_search": 0.5, "think_left_open": 0.5, "two_answers": 0.5, "no_answer": 0.5,
+                   "query_left_open": 0.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(SEARCH_R1_KINDS))
+def test_search_r1_curriculum_kinds_are_worth_what_its_table_says(kind):
+    """Every kind of the mixture written in Search-R1's tags, scored by stage 1's reward in that protocol as the
+    environment leaves it (generation stops at `</answer>`, so no EOS follows an answer)."""
+    w = small_world(SEARCH_R1)
+    q, docs = w.people[0]
+    messages = mixture.trajectory(kind, w.prompt(q.question, False), q, docs, random.Random(0), EOS, 1.0, SEARCH_R1)
+    solution = "".join(m["content"] for m in messages[1:]).removesuffix(EOS)
+    searched = int(search_r1.DOCUMENTS_OPEN in solution)
+    got = score_solution(solution, [q.answer], STAGE1_IN_SEARCH_R1, {"num_searches": searched})
+    assert got.reward == SEARCH_R1_KINDS[kind], (kind, solution, got.logs)
+    if searched:
+        assert SEARCH_R1.query(messages[1]["content"]) == q.query
+
+
+def test_search_r1_documents_are_the_environments_block(mini_index):
+    """The curriculum's documents, from passages as the warm start's retriever gives them, are the block the
+    environment appends after the same search (Doc i(Title: t) lines in <information>)."""
+    import asyncio
+
+    from search_backend.local_faiss import LocalFaissBackend
+    from searchrl.search.base import r1_text
+
+    backend = LocalFaissBackend(mini_index)
+    for hits in asyncio.run(backend.search(["Charles Darwin", "Voyager 2 launch", "Fort Hood"], 3)):
+        search = SEARCH_R1.search(" Let me search.", "q")
+        assert SEARCH_R1.documents([r1_text(p) for p in hits], after=search) == search_r1.render_documents(hits)
 
 
 def test_shipped_warm_start_copies_sometimes_on_heldout_people():
@@ -145,7 +211,8 @@ def test_first_segment_stops_where_the_environment_does(generated, kept):
 
 def test_check_command_reports_fresh(capsys):
     assert warm_start.main(["check"]) == 0
-    assert json.loads(capsys.readouterr().out)["fresh"] is True
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["protocol"] for r in lines} == set(warm_start.SPEAKERS) and all(r["fresh"] for r in lines)
 
 
 @pytest.mark.slow
@@ -170,10 +237,11 @@ def test_the_hash_reads_the_protocol_functions_the_tiny_policy_calls_and_nothing
     source = (ROOT / "searchrl/protocols/r1_searcher.py").read_text(encoding="utf-8")
     grown = tmp_path / "grown.py"
     grown.write_text("def added() -> int:\n    return 1\n\n\n" + source, encoding="utf-8")
-    assert protocol_sources(grown) == protocol_sources()
+    calls = warm_start.SPEAKERS["r1-searcher"].calls
+    assert protocol_sources(grown, calls) == protocol_sources(ROOT / "searchrl/protocols/r1_searcher.py", calls)
     changed = tmp_path / "changed.py"
     changed.write_text(
         source.replace('body = "".join(f"({i}){p}\\n"', 'body = "".join(f"[{i}]{p}\\n"'), encoding="utf-8"
     )
     assert changed.read_text(encoding="utf-8") != source
-    assert protocol_sources(changed) != protocol_sources()
+    assert protocol_sources(changed, calls) != protocol_sources(grown, calls)

@@ -12,7 +12,7 @@ import json
 import random
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,14 +114,18 @@ def mix_buckets(rows: list[dict[str, Any]], mix: dict[str, float], size: int, se
     return chosen
 
 
-def prompt_model(model_file: str | None, config: str | None) -> tuple[ModelConfig, str, str | None]:
+def prompt_model(
+    model_file: str | None, config: str | None, overrides: Sequence[str] = ()
+) -> tuple[ModelConfig, str, str | None]:
     """The model config whose prompt the data is rendered with, its file and what every prompt ends with: `--model`
-    as written (R1-Searcher's protocol), or, with `--config`, the stage config's own prompt (e.g. RAG-R1's
-    multi-query rules) or its protocol's instruction (Search-R1's) over its model."""
+    as written (R1-Searcher's protocol), or, with `--config` (and its `overrides`), the stage config's own prompt
+    (e.g. RAG-R1's multi-query rules) or its protocol's instruction (Search-R1's) over its model."""
     if config is None:
+        if overrides:
+            raise ConfigError(f"{' '.join(overrides)}: overrides of a stage config; give the stage with --config")
         path = model_file or DEFAULT_MODEL
         return load(ModelConfig, path), path, r1_searcher.PROMPT_END
-    stage = load(StageConfig, config)
+    stage = load(StageConfig, config, overrides)
     path = model_file or str(resolve_model_path(config, stage.model))
     try:
         return effective_model(load(ModelConfig, path), stage), path, prompt_end(stage)
@@ -130,7 +134,7 @@ def prompt_model(model_file: str | None, config: str | None) -> tuple[ModelConfi
 
 
 def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
-    model, model_file, end = prompt_model(args.model, args.config)
+    model, model_file, end = prompt_model(args.model, args.config, args.overrides)
     tokenizer = load_tokenizer(model) if model.kind == "chat" else None
     leaks = eval_questions()
     buckets = parse_buckets(args.buckets) if stage == "stage1_format" else []
@@ -178,6 +182,7 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         "model": model.name,
         "model_config": model_file,
         "stage_config": args.config,
+        **({"stage_overrides": list(args.overrides)} if args.overrides else {}),
         "template_sha256": template_fingerprint(model),
         "written": len(rows),
         "duplicates": duplicates,
@@ -210,6 +215,13 @@ def build_parser(stage: str, command: str | None = None, config: str | None = No
         default=config,
         help="a stage config with its own prompt or protocol (configs/stages/rag_r1.yaml, search_r1.yaml): its "
         f"prompt over its model, in its protocol (default {config})",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="overrides of the --config stage, as `searchrl stage` takes them (e.g. protocol=search-r1 "
+        "reward.protocol=search-r1 episode.max_turns=2)",
     )
     p.add_argument("--out", type=Path, required=True, help="output JSONL; a .report.json is written beside it")
     p.add_argument("--split", default="train", help="split, for a Hugging Face dataset")

@@ -10,7 +10,7 @@ import fcntl
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,17 +94,23 @@ def stage_questions(stage: str, count: int) -> list[dict[str, Any]]:
 
 
 def prepare_prompts(
-    stage: str, model_config: str, count: int, out_dir: Path, package: str | None = None, config: Path | None = None
+    stage: str,
+    model_config: str,
+    count: int,
+    out_dir: Path,
+    package: str | None = None,
+    config: Path | None = None,
+    overrides: Sequence[str] = (),
 ) -> Path:
     """The stage's prompt dataset, made by the stage's own data preparation (`package`'s, default the stage's), with
-    the stage config's own prompt or protocol when `config` is given."""
+    the stage config's own prompt or protocol (under `overrides`) when `config` is given."""
     questions = out_dir / "questions.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in stage_questions(stage, count)), encoding="utf-8")
     data = out_dir / "prompts.jsonl"
     module = f"{package or stage_package(stage)}.prepare_data"
     cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
     cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
-    cmd += ["--config", str(config)] if config is not None else []
+    cmd += ["--config", str(config), *overrides] if config is not None else []
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")

@@ -41,7 +41,7 @@ from searchrl.rehearsal.episodes import stand_in_chat_model
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_prompts, rehearsal_index
 from searchrl.rehearsal.ray_head import RayHead
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
-from searchrl.stage.config import STAGES, stage_config_file, stage_package
+from searchrl.stage.config import STAGES, load_stage, stage_config_file, stage_package
 from searchrl.stage.schedules import gpus_needed
 
 TRAIN_DIR = REHEARSAL_DIR / "train"
@@ -341,11 +341,11 @@ def checked_request(
     return stage, out, pretrain
 
 
-def starting_policy(stage: str, out: Path, pretrain: Path | None) -> list[str]:
-    """The overrides that name the policy: stage 1 from the warm start, stage 2 from stage 1's final checkpoint
-    (through its resolved config, as a real stage 2 starts), either from --pretrain when given."""
+def starting_policy(stage: str, out: Path, pretrain: Path | None, protocol: str) -> list[str]:
+    """The overrides that name the policy: stage 1 from the warm start in the stage's protocol, stage 2 from stage
+    1's final checkpoint (through its resolved config, as a real stage 2 starts), either from --pretrain when given."""
     if stage in FROM_WARM_START and pretrain is None:
-        pretrain = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True))
+        pretrain = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True), protocol=protocol)
     if pretrain is not None:
         return [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
     return [f"init_from={out / 'stage1_format.resolved.json'}"]
@@ -368,7 +368,8 @@ def set_up(
     work.mkdir(parents=True, exist_ok=True)
     _clean(work / "final", work / "ckpt", work / "tensorboard", work / "sync.jsonl", work / "resumed")
     _clean(work / "crash_resume.sync.jsonl")
-    start = starting_policy(stage, out, pretrain)
+    protocol = load_stage(stage_config_file(stage_name), overrides)[0].protocol
+    start = starting_policy(stage, out, pretrain, protocol)
     base = plan_stage(stage_name, model, [*start, *overrides])
     if model is None and (stand_in := stand_in_chat_model(str(base["stage"].model), work)) is not None:
         # A chat policy's tokenizer is not here (search_r1's Qwen2.5-3B): its prompts rendered with a ChatML one.
@@ -387,6 +388,7 @@ def set_up(
         work,
         package=stage_package(stage_cfg.stage),
         config=stage_config_file(stage_name) if own_prompt else None,
+        overrides=overrides if own_prompt else (),
     )
     episodes = (
         f"--steps {steps}: one pass over {steps} rollout batches"

@@ -17,6 +17,7 @@ from searchrl.tiny_policy.curriculum import EOS, Recipe, World, made_up, segment
 from searchrl.tiny_policy.mixture import Question, fictional_questions, real_questions, trajectory
 from searchrl.tiny_policy.model import build_policy
 from searchrl.tiny_policy.probe import probe
+from searchrl.tiny_policy.writing import WRITINGS, Writing
 
 Retrieve = Callable[[list[str]], list[list[str]]]
 
@@ -30,11 +31,12 @@ def fictional_people(split: str) -> list[tuple[Question, list[str]]]:
     return [(q, passages[q.query]) for q in fictional_questions(split)]
 
 
-def world(template: str, retrieve: Retrieve) -> World:
+def world(template: str, retrieve: Retrieve, writing: Writing = WRITINGS["r1-searcher"]) -> World:
     real = real_questions()
     found = retrieve([q.query for q in real])
     every_name = {q.query for split in ("train", "heldout") for q, _ in fictional_people(split)}
-    return World(template, list(zip(real, found, strict=True)), fictional_people("train"), frozenset(every_name))
+    people = fictional_people("train")
+    return World(template, list(zip(real, found, strict=True)), people, frozenset(every_name), writing)
 
 
 def tokenizer_texts(w: World, seed: int) -> list[str]:
@@ -48,7 +50,7 @@ def tokenizer_texts(w: World, seed: int) -> list[str]:
     texts = [w.template] * 20
     stand_ins = [made_up(rng, w.taken) for _ in range(3 * len(w.people))]
     for q, docs in [*w.real, *stand_ins]:
-        messages = trajectory("correct", w.prompt(q.question, False), q, docs, rng, EOS, 0.5)
+        messages = trajectory("correct", w.prompt(q.question, False), q, docs, rng, EOS, 0.5, w.writing)
         texts.append("".join(text for text, _ in segments(messages)))
     for line in (EXAMPLES / "mini_corpus.jsonl").open(encoding="utf-8"):
         texts.append(json.loads(line)["text"])
@@ -57,13 +59,19 @@ def tokenizer_texts(w: World, seed: int) -> list[str]:
 
 
 def build(
-    out: Path, template: str, retrieve: Retrieve, recipe: Recipe, log: Callable[[str], None] = print
+    out: Path,
+    template: str,
+    retrieve: Retrieve,
+    recipe: Recipe,
+    log: Callable[[str], None] = print,
+    writing: Writing = WRITINGS["r1-searcher"],
 ) -> dict[str, Any]:
-    """Writes the warm start (a Hugging Face folder) to `out`; returns its record (training and probe)."""
+    """Writes the warm start (a Hugging Face folder) in `writing`'s protocol to `out`; returns its record (training
+    and probe)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    w = world(template, retrieve)
+    w = world(template, retrieve, writing)
     build_policy(out, tokenizer_texts(w, recipe.seed), recipe.seed)
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
@@ -71,7 +79,8 @@ def build(
     trained = supervise.train(model, tokenizer, w, recipe, log)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    figures = probe(model, tokenizer, template, fictional_people("heldout"), samples=4, seed=recipe.seed + 1234)
+    heldout = fictional_people("heldout")
+    figures = probe(model, tokenizer, template, heldout, samples=4, seed=recipe.seed + 1234, writing=writing)
     return {"recipe": {"seed": recipe.seed, "lr": recipe.lr, "warmup": recipe.warmup,
                        "min_lr_frac": recipe.min_lr_frac, "micro_batch": recipe.micro_batch},
             **trained, "probe": figures}  # fmt: skip

@@ -1,5 +1,6 @@
 """The tiny policy's copy curriculum: what its warm start is trained on, so that it copies a name from the
-question into its query and, sometimes, a city from the documents into its answer, as a base model does.
+question into its query and, sometimes, a city from the documents into its answer, as a base model does. Its
+episodes are written in the World's protocol (searchrl/tiny_policy/writing.py).
 
 The mixture alone (searchrl/tiny_policy/mixture.py) never teaches copying: its 200 training people are few
 enough to memorise, and a memorised name is not a copied one (no held-out query named its person). Made-up
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 from searchrl.qa_data.fictional import CITIES, made_up_name, person
 from searchrl.tiny_policy.mixture import MIXTURE, Question, trajectory
+from searchrl.tiny_policy.writing import WRITINGS, Writing
 
 Segments = list[tuple[str, bool]]
 EOS = "</s>"
@@ -70,10 +72,11 @@ class World:
     real: Sequence[tuple[Question, Sequence[str]]]
     people: Sequence[tuple[Question, Sequence[str]]]
     taken: frozenset[str]
+    writing: Writing = WRITINGS["r1-searcher"]
 
     def prompt(self, question: str, short: bool) -> str:
         text = self.template.replace("{question}", question)
-        return text[text.rfind("User:") :] if short else text
+        return text[text.rfind(self.writing.SHORT_FROM) :] if short else text
 
 
 def segments(messages: Sequence[dict[str, str]]) -> Segments:
@@ -98,5 +101,6 @@ def episode(world: World, phase: Phase, rng: random.Random) -> Segments:
     else:
         q, docs = rng.choice(world.real)
     kind = "correct" if phase.short else rng.choices(list(MIXTURE), list(MIXTURE.values()))[0]
-    messages = trajectory(kind, world.prompt(q.question, phase.short), q, docs, rng, EOS, phase.copy_rate)
+    prompt = world.prompt(q.question, phase.short)
+    messages = trajectory(kind, prompt, q, docs, rng, EOS, phase.copy_rate, world.writing)
     return segments(messages)

@@ -1,11 +1,12 @@
 """The tiny policy's warm-start mixture: protocol trajectories, most of them broken, for a brief
 supervised pass, so that the policy follows the protocol sometimes, as a base model does before RL.
 
-Every trajectory is the text an episode of the real environment would hold: the prompt rendered with
-the stage's template, the policy's segments, and the documents block the retrieval server returned for
-its query (`format_documents`, exactly as the environment appends it). It is written as OpenRLHF SFT
-messages: the policy's segments are `assistant` turns (trained on), the prompt and the documents are
-not (the same mask as RL's action ranges). The kinds, with their share in `MIXTURE`:
+Every trajectory is the text an episode of the real environment would hold, in the protocol of a `Writing`
+(searchrl/tiny_policy/writing.py): the prompt rendered with the stage's template, the policy's segments, and
+the documents block the retrieval server returned for its query (exactly as the environment appends it). It is
+written as OpenRLHF SFT messages: the policy's segments are `assistant` turns (trained on), the prompt and the
+documents are not (the same mask as RL's action ranges). The kinds, with their share in `MIXTURE`
+(R1-Searcher's tags here; each protocol's spelling of a kind, and what it is worth there, in writing.py):
 
 | kind | what the policy does | stage-1 reward |
 |---|---|---|
@@ -31,14 +32,7 @@ from typing import Any
 
 from searchrl.metrics import as_golds
 from searchrl.paths import EXAMPLES
-from searchrl.protocols.r1_searcher import (
-    ANSWER_CLOSE,
-    ANSWER_OPEN,
-    BEGIN_QUERY,
-    END_QUERY,
-    THINK_CLOSE,
-    format_documents,
-)
+from searchrl.tiny_policy.writing import WRITINGS, Writing
 
 MIXTURE: dict[str, float] = {
     "correct": 0.25,
@@ -74,29 +68,31 @@ def keywords(question: str, limit: int = 4) -> str:
 
 
 def trajectory(
-    kind: str, prompt: str, q: Question, documents: Sequence[str], rng: random.Random, eos: str, copy_rate: float
+    kind: str,
+    prompt: str,
+    q: Question,
+    documents: Sequence[str],
+    rng: random.Random,
+    eos: str,
+    copy_rate: float,
+    writing: Writing = WRITINGS["r1-searcher"],
 ) -> list[dict[str, str]]:
-    """One episode as SFT messages; the last assistant turn ends with `eos` when the policy stops there."""
+    """One episode as SFT messages, in `writing`'s protocol; the last assistant turn ends with `eos` when the
+    policy stops there."""
     answer = q.answer
     if q.choices and rng.random() >= copy_rate:
         answer = rng.choice([c for c in q.choices if c != q.answer])
     query = q.query
     open_ = rng.choice(OPENINGS).format(q=query)
-    search = f"{open_} {BEGIN_QUERY} {query} {END_QUERY}\n\n"
+    search = writing.search(open_, query)
     read = rng.choice(READINGS).format(a=answer)
-    final = f" {ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
     user = {"role": "user", "content": prompt}
     if kind == "no_search":
-        return [user, {"role": "assistant", "content": f" I know this.{read} {THINK_CLOSE}\n{final}{eos}"}]
+        return [user, {"role": "assistant", "content": writing.no_search(read, answer, eos)}]
     if kind == "query_left_open":
-        return [user, {"role": "assistant", "content": f"{open_} {BEGIN_QUERY} {query} {eos}"}]
-    docs = {"role": "tool", "content": format_documents(documents, after=search)}
-    tail = {
-        "correct": f"{read} {THINK_CLOSE}\n{final}",
-        "think_left_open": f"{read}\n{final}",
-        "two_answers": f"{read} {THINK_CLOSE}\n{final}\n{ANSWER_OPEN} {q.answer} {ANSWER_CLOSE}",
-        "no_answer": f"{read} {THINK_CLOSE}",
-    }[kind]
+        return [user, {"role": "assistant", "content": writing.query_left_open(open_, query, eos)}]
+    docs = {"role": "tool", "content": writing.documents(documents, after=search)}
+    tail = writing.tail(kind, read, answer, q.answer)
     return [user, {"role": "assistant", "content": search}, docs, {"role": "assistant", "content": tail + eos}]
 
 
@@ -109,6 +105,7 @@ def build(
     copies: int = 1,
     copy_rate: float = 0.35,
     mixture: dict[str, float] | None = None,
+    writing: Writing = WRITINGS["r1-searcher"],
 ) -> list[dict[str, Any]]:
     """`copies` trajectories per question, each of a kind drawn from `mixture`; `render` makes the prompt
     from a question, `retrieve` gives the documents' texts for each query."""
@@ -120,7 +117,7 @@ def build(
     for q in questions:
         for _ in range(copies):
             kind = rng.choices(kinds, weights)[0]
-            messages = trajectory(kind, render(q.question), q, found[q.query], rng, eos, copy_rate)
+            messages = trajectory(kind, render(q.question), q, found[q.query], rng, eos, copy_rate, writing)
             rows.append({"messages": messages, "kind": kind, "question": q.question, "label": q.answer})
     return rows
 

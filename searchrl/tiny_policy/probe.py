@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from searchrl.protocols.r1_searcher import END_QUERY, extract_answer, format_documents, last_query
 from searchrl.tiny_policy.mixture import Question
+from searchrl.tiny_policy.writing import WRITINGS, Writing
 
 EOS = "</s>"
 
@@ -37,12 +37,12 @@ def _generate(model: Any, tokenizer: Any, texts: list[str], max_new: int) -> lis
     return [t.replace(tokenizer.pad_token, "") for t in texts]
 
 
-def first_segment(text: str) -> str:
+def first_segment(text: str, search_close: str = WRITINGS["r1-searcher"].SEARCH_CLOSE) -> str:
     """A generated segment as the environment keeps it: up to the end of its first query (with the newlines
     a merged token put after it), or up to EOS."""
-    end, stop = text.find(END_QUERY), text.find(EOS)
+    end, stop = text.find(search_close), text.find(EOS)
     if end >= 0 and (stop < 0 or end < stop):
-        end += len(END_QUERY)
+        end += len(search_close)
         return text[: end + len(text[end:]) - len(text[end:].lstrip("\n"))]
     return text if stop < 0 else text[:stop]
 
@@ -55,8 +55,10 @@ def probe(
     samples: int = 4,
     seed: int = 1234,
     chunk: int = 200,
+    writing: Writing = WRITINGS["r1-searcher"],
 ) -> dict[str, Any]:
-    """`people`: held-out questions with their own passages (texts as the environment shows them)."""
+    """`people`: held-out questions with their own passages (texts as the environment shows them); `writing`: the
+    protocol the policy speaks."""
     import torch
 
     rng = random.Random(seed)
@@ -69,11 +71,11 @@ def probe(
     for start in range(0, len(episodes), chunk):
         part = episodes[start : start + chunk]
         prompts = [template.replace("{question}", q.question) for q, _ in part]
-        firsts = [first_segment(t) for t in _generate(model, tokenizer, prompts, 40)]
+        firsts = [first_segment(t, writing.SEARCH_CLOSE) for t in _generate(model, tokenizer, prompts, 40)]
         right, swapped, meta = [], [], []
         for (q, docs), prompt, seg in zip(part, prompts, firsts, strict=True):
             n += 1
-            query = last_query(seg)
+            query = writing.query(seg)
             if query is None:
                 continue
             searched += 1
@@ -81,15 +83,15 @@ def probe(
             names += named
             other_q, other_docs = rng.choice([o for o in people if o[0].answer != q.answer])
             mine, theirs = rng.sample(list(docs), len(docs)), rng.sample(list(other_docs), len(other_docs))
-            right.append(prompt + seg + format_documents(mine, after=seg))
-            swapped.append(prompt + seg + format_documents(theirs, after=seg))
+            right.append(prompt + seg + writing.documents(mine, after=seg))
+            swapped.append(prompt + seg + writing.documents(theirs, after=seg))
             meta.append((q, other_q, query))
         if not meta:
             continue
         for (q, other_q, query), a, b in zip(
             meta, _generate(model, tokenizer, right, 32), _generate(model, tokenizer, swapped, 32), strict=True
         ):
-            a_right, a_swapped = extract_answer(a.split(EOS)[0]), extract_answer(b.split(EOS)[0])
+            a_right, a_swapped = writing.answer(a.split(EOS)[0]), writing.answer(b.split(EOS)[0])
             doc_city += a_right == q.answer
             shown += a_swapped == other_q.answer
             gold += a_swapped == q.answer
