@@ -35,7 +35,9 @@ def serve(app, port: int | None = None, **uvicorn_options) -> Iterator[str]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    # A search app's start-up loads the encoder and, on a fresh clone, exports it to ONNX once: 30 s was not enough
+    # on 2 loaded cores (CI, 2026-11-28). Waiting longer costs nothing when the app starts quickly.
+    deadline = time.monotonic() + 180
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("test server did not start")
