@@ -64,6 +64,8 @@ def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> li
 
 
 GLOBAL_STEP = re.compile(r"Global step (\d+): .*?'reward': ([-\d.e]+)")
+# `ray job submit`'s line for a failed job, after which it repeats the job's last logs.
+FAILED_ECHO = re.compile(r"Job '[^']*' failed")
 # Which of OpenRLHF's trainers ran, read from the job's own lines: the async one logs its steps from its
 # TrainingActor, in ppo_trainer_async.py; the sync one from ppo_trainer.py.
 TRAINERS = {"PPOTrainerAsync": re.compile(r"ppo_trainer_async\.py:\d+\] Global step"),
@@ -157,8 +159,10 @@ def kill_job(head: RayHead) -> list[str]:
 
 
 def logged_steps(log: Path) -> list[int]:
-    """Every rollout step a job log reports, in order, repeats kept."""
+    """Every rollout step a job log reports, in order, repeats kept. When the job failed, `ray job submit` repeats
+    the job's last 20,000 characters after its "failed" line: that echo is not counted again."""
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    text = text[: m.start()] if (m := FAILED_ECHO.search(text)) else text
     return [int(m.group(1)) for m in GLOBAL_STEP.finditer(text)]
 
 
