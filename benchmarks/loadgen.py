@@ -11,6 +11,7 @@ import asyncio
 import os
 import statistics
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +41,14 @@ async def closed_loop(
     max_requests: int | None = None,
     slow_s: float = 1.0,
     timeout_s: float = 120.0,
+    keyed: bool = False,
 ) -> LoadResult:
     """POST `bodies` (round robin) to `url + path` for `seconds` or `max_requests`, whichever comes first.
 
     A 200 whose body starts with `ok_prefix` counts as served; `check(i, payload)`, when given, says
     whether the answer to body i is right (a wrong answer is counted, not retried). A connection whose answer
-    takes over `timeout_s` counts an error and stops."""
+    takes over `timeout_s` counts an error and stops. `keyed`: each request carries an Idempotency-Key of its own,
+    as RewardClient sends them."""
     host, port = url.removeprefix("http://").rstrip("/").split(":")
     latencies: list[float] = []
     errors: list[str] = []
@@ -62,9 +65,10 @@ async def closed_loop(
                 sent += 1
                 body = bodies[i % len(bodies)]
                 t0 = time.perf_counter()
+                key = b"Idempotency-Key: %s\r\n" % uuid.uuid4().hex.encode() if keyed else b""
                 writer.write(
-                    b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (path.encode(), host.encode(), len(body), body)
+                    b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n%s"
+                    b"Content-Length: %d\r\n\r\n%s" % (path.encode(), host.encode(), key, len(body), body)
                 )
                 async with asyncio.timeout(timeout_s):
                     head = await reader.readuntil(b"\r\n\r\n")

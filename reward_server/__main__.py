@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import uvicorn
@@ -86,9 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers == 1:
         uvicorn.run(create_app(settings), **options)
     else:
-        # Worker processes build their own app from the settings passed in the environment.
-        os.environ[SETTINGS_ENV] = settings.to_env()
-        uvicorn.run("reward_server.app:app_from_env", factory=True, workers=args.workers, **options)
+        # Worker processes build their own app from the settings passed in the environment. They share keyed
+        # answers through a store beside the score log, or, without one, in a folder that lives as long as they do.
+        with tempfile.TemporaryDirectory(prefix="searchrl-reward-keys-") as keys:
+            if settings.log_jsonl is None:
+                settings.key_store = Path(keys) / "answers.sqlite"
+            os.environ[SETTINGS_ENV] = settings.to_env()
+            uvicorn.run("reward_server.app:app_from_env", factory=True, workers=args.workers, **options)
     return 0
 
 

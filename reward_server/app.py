@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
-from reward_server.idempotency import RecentAnswers, body_digest, log_fields, logged_answers, request_key
+from reward_server.idempotency import RecentAnswers, body_digest, log_fields, request_key, same_body
+from reward_server.key_store import KeyStore, store_path
 from searchrl.metrics import as_golds
 from searchrl.protocols.r1_searcher import split_solution
 from searchrl.reward.scoring import SampleScore, score_solution
@@ -84,6 +85,14 @@ class ServerSettings:
     limits: Limits = field(default_factory=Limits)
     # Host names answered without a token besides loopback names and IP addresses (DNS rebinding).
     allowed_hosts: tuple[str, ...] = ()
+    # Where the workers' keyed answers are shared (reward_server/key_store.py): beside the score log by default;
+    # `--workers N` without a log gives one in a temporary folder.
+    key_store: Path | None = None
+
+    def key_store_path(self) -> Path | None:
+        if self.key_store is not None:
+            return self.key_store
+        return store_path(self.log_jsonl) if self.log_jsonl is not None else None
 
     def to_env(self) -> str:
         """These settings (without the token, which workers read from its own variable) as JSON for workers."""
@@ -98,6 +107,7 @@ class ServerSettings:
                 "max_golds": self.max_golds,
                 "limits": asdict(self.limits),
                 "allowed_hosts": list(self.allowed_hosts),
+                "key_store": str(self.key_store) if self.key_store else None,
             }
         )
 
@@ -107,10 +117,11 @@ class ServerSettings:
         return cls(
             spec=RewardSpec.model_validate(data.pop("spec")),
             log_jsonl=Path(data.pop("log_jsonl")) if data.get("log_jsonl") else None,
+            key_store=Path(data.pop("key_store")) if data.get("key_store") else None,
             limits=Limits(**data.pop("limits")),
             allowed_hosts=tuple(data.pop("allowed_hosts", ())),
             token=server_token(None, TOKEN_ENV),
-            **{k: v for k, v in data.items() if k != "log_jsonl"},
+            **{k: v for k, v in data.items() if k not in ("log_jsonl", "key_store")},
         )
 
 
@@ -235,16 +246,23 @@ def _scored_answer(results: list[SampleScore]) -> bytes:
 
 def create_app(settings: ServerSettings) -> FastAPI:
     state: dict[str, Any] = {"log": None, "scored": 0, "started": time.time()}
+    # In-process: a retry while its first try runs here waits for it. Across workers and restarts: the store.
     answers = RecentAnswers()
+    store_file = settings.key_store_path()
+    store = KeyStore(store_file, settings.log_jsonl) if store_file is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if settings.log_jsonl:
-            for key, digest, answer in await run_in_threadpool(logged_answers, settings.log_jsonl, _answer):
-                answers.remember(key, digest, answer)
+        if store is not None:
+            await run_in_threadpool(store.open, _answer)
         state["log"] = _ScoreLog(settings.log_jsonl) if settings.log_jsonl else None
+        if store is not None:
+            store.write_to(state["log"])
         state["started"] = time.time()
         yield
+        if store is not None:
+            await store.drain()
+            await run_in_threadpool(store.close)
         if state["log"] is not None:
             state["log"].close()
 
@@ -308,9 +326,9 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 results = _score_batch(req, golds, settings.spec)
             else:
                 results = await run_in_threadpool(_score_batch, req, golds, settings.spec)
-        state["scored"] += len(results)
+        n = len(results)
+        records: list[dict[str, Any]] = []
         if state["log"] is not None:
-            n = len(results)
             records = [
                 {
                     **log_fields(key, digest, i, n),
@@ -323,6 +341,16 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 }
                 for i, (q, g, r) in enumerate(zip(req.query, golds, results, strict=True))
             ]
+        if store is not None and key is not None:
+            settled = await store.settle(key, digest, _scored_answer(results), records)
+            same_body(settled.digest, digest)
+            if settled.ours:
+                state["scored"] += n
+            else:
+                answers.replayed += 1  # another worker, or this one before a restart, scored it first
+            return settled.answer
+        state["scored"] += n
+        if records:
             await run_in_threadpool(state["log"].write, records)
         return _scored_answer(results)
 

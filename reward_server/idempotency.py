@@ -87,14 +87,14 @@ class RecentAnswers:
         """The answer already given to `key`, the one its running try gives, or `compute()`'s."""
         while True:
             if (done := self._done.get(key)) is not None:
-                _same_body(done[0], digest)
+                same_body(done[0], digest)
                 self._done.move_to_end(key)
                 self.replayed += 1
                 return done[1]
             running = self._running.get(key)
             if running is None:
                 break
-            _same_body(running[0], digest)
+            same_body(running[0], digest)
             try:
                 answer = await asyncio.shield(running[1])
             except asyncio.CancelledError:
@@ -121,7 +121,7 @@ class RecentAnswers:
         return answer
 
 
-def _same_body(known: str, digest: str) -> None:
+def same_body(known: str, digest: str) -> None:
     if known != digest:
         raise RequestError(FIELD, "was already used for a different body; send a new key with each new request")
 

@@ -105,3 +105,105 @@ def test_a_server_killed_after_logging_answers_the_retry_from_its_log(tmp_path):
     assert retry.json() == first.json()
     assert [r["request_id"] for r in logged(log)] == ["sent-before-the-kill", "a-new-sample"]
     assert len(log.read_text(encoding="utf-8").splitlines()) == 3  # the torn fragment stays a line of its own
+
+
+def two_workers(log):
+    """Two workers' apps on one score log (as `--workers 2` runs them: each its own process state, one store)."""
+    return serve(create_app(ServerSettings(spec=STAGE2_ANSWER, log_jsonl=log))), serve(
+        create_app(ServerSettings(spec=STAGE2_ANSWER, log_jsonl=log))
+    )
+
+
+def test_a_retry_that_reaches_another_worker_is_answered_from_the_first_score_and_not_logged_again(tmp_path):
+    """Issue 50 item 2: the first try is scored and logged by one worker, its answer lost; the retry reaches the
+    other worker, which answers it from what the first scored."""
+    log = tmp_path / "scored.jsonl"
+    first_worker, other_worker = two_workers(log)
+    with first_worker as a, other_worker as b:
+        post(a, BODY, "lost-answer")  # scored and logged; its answer never reaches the client
+        retry = post(b, BODY, "lost-answer")
+        health_a, health_b = httpx.get(f"{a}/health").json(), httpx.get(f"{b}/health").json()
+    assert retry.status_code == 200 and retry.json()["rewards"] == [1.0]
+    assert [r["request_id"] for r in logged(log)] == ["lost-answer"]
+    assert health_a["scored"] == 1 and health_b["scored"] == 0 and health_b["retries_answered_again"] == 1
+
+
+def test_tries_of_one_request_at_two_workers_at_once_are_logged_once(tmp_path):
+    log = tmp_path / "scored.jsonl"
+
+    async def tries(urls: list[str]) -> list[bytes]:
+        async with httpx.AsyncClient() as client:
+            answers = await asyncio.gather(
+                *(
+                    client.post(
+                        f"{urls[i % 2]}/get_reward",
+                        json={**BODY, "labels": [f"L{k}"]},
+                        headers={"Idempotency-Key": f"k{k}"},
+                    )
+                    for k in range(30)
+                    for i in range(4)
+                )
+            )
+        return [a.content for a in answers]
+
+    first_worker, other_worker = two_workers(log)
+    with first_worker as a, other_worker as b:
+        answers = asyncio.run(tries([a, b]))
+        reused = post(b, {**BODY, "labels": ["another body"]}, "k0")
+    assert all(len(set(answers[4 * k : 4 * k + 4])) == 1 for k in range(30))
+    assert sorted(r["request_id"] for r in logged(log)) == sorted(f"k{k}" for k in range(30))
+    assert reused.status_code == 422 and reused.json()["field"] == "Idempotency-Key"
+
+
+def test_a_key_whose_worker_died_before_marking_it_logged_is_logged_once(tmp_path):
+    """A worker killed between inserting a key and marking it logged (its row owned by a dead process): the retry
+    writes the lines only when the log lacks them."""
+    import sqlite3
+
+    from reward_server.key_store import store_path
+
+    log = tmp_path / "scored.jsonl"
+    dead = "4194305:0.00:gone"  # above Linux's largest pid: no such process
+    with serve(create_app(ServerSettings(spec=STAGE2_ANSWER, log_jsonl=log))) as url:
+        post(url, BODY, "logged-before-the-kill")
+        post(url, BODY, "killed-before-its-log-write")
+    kept = [line for line in log.read_text().splitlines() if "killed-before-its-log-write" not in line]
+    log.write_text("".join(line + "\n" for line in kept))
+    with sqlite3.connect(store_path(log)) as db:
+        db.execute("UPDATE answers SET owner = ?, logged = 0", (dead,))
+    with serve(create_app(ServerSettings(spec=STAGE2_ANSWER, log_jsonl=log))) as url:
+        retries = [post(url, BODY, key) for key in ("logged-before-the-kill", "killed-before-its-log-write")] * 2
+        health = httpx.get(f"{url}/health").json()
+    assert all(r.status_code == 200 and r.json()["rewards"] == [1.0] for r in retries)
+    assert [r["request_id"] for r in logged(log)] == ["logged-before-the-kill", "killed-before-its-log-write"]
+    assert health["scored"] == 0
+
+
+def test_workers_of_one_server_answer_every_retry_once(tmp_path):
+    """`--workers 2` as a user runs it: every request sent twice on separate connections (the kernel hands each
+    to either worker): the log holds each key once and both tries got the same answer."""
+    port = free_port()
+    log = tmp_path / "scored.jsonl"
+    args = ["--preset", "stage2-answer", "--log-jsonl", str(log), "--workers", "2"]
+    url = f"http://127.0.0.1:{port}"
+    proc = start_module("reward_server", args, port, tmp_path / "server.log")
+
+    async def send(keys: list[str]) -> list[bytes]:
+        limits = httpx.Limits(max_keepalive_connections=0)  # a new connection per request, as a retry makes
+        async with httpx.AsyncClient(limits=limits) as client:
+            answers = await asyncio.gather(
+                *(
+                    client.post(f"{url}/get_reward", json={**BODY, "labels": [k]}, headers={"Idempotency-Key": k})
+                    for k in keys
+                )
+            )
+        assert all(a.status_code == 200 for a in answers)
+        return [a.content for a in answers]
+
+    keys = [f"sample-{i}" for i in range(200)]
+    try:
+        first, again = asyncio.run(send(keys)), asyncio.run(send(keys[::-1]))
+    finally:
+        stop(proc)
+    assert first == again[::-1]
+    assert sorted(r["request_id"] for r in logged(log)) == sorted(keys)
