@@ -813,6 +813,78 @@ def restart() -> str:
     return "\n\n".join(parts)
 
 
+def index_recall() -> str:
+    d = load("index_recall")
+    head = source(
+        "index_recall",
+        d,
+        f" {d['passages']} mixed passages, {d['questions']:,} held-out questions; before: nprobe "
+        f"{d['before']['nprobe']}, efSearch {d['before']['ef_search']}, {d['before']['rerank_depth']} re-scored. "
+        f"Target: {d['target']}; met: {d['target_met']}",
+    )
+    rows = [
+        (
+            r["case"],
+            f"{r['index_type']} {r['factory'] or ''}".strip(),
+            ", ".join(f"{k} {v}" for k, v in r["search_params"].items()) or "-",
+            num(r["measured_recall"], 4),
+            num(r["held_out_kept"], 4),
+            num(r["held_out_kept_before"], 4),
+            r["settings_tried"],
+            num(r["made_seconds"]),
+        )
+        for r in d["cases"]
+    ]
+    header = [
+        "case",
+        "index",
+        "measured settings",
+        "measured recall",
+        "held-out kept",
+        "held-out kept before",
+        "settings tried",
+        "made in s",
+    ]
+    return f"{head}\n\n{table(header, rows)}"
+
+
+def reward_keys() -> str:
+    d = load("reward_keys")
+    head = source(
+        "reward_keys",
+        d,
+        f" Each request under a key of its own with a score log, as training runs the server; the baseline is "
+        f"commit {d['baseline_commit'][:7]} (keys kept in each worker's memory), run side by side in alternating "
+        f"slices of {d['seconds_per_point']:g} s per point. Target: {d['target']}; met: {d['target_met']}",
+    )
+    rows = [
+        (
+            r["workers"],
+            r["concurrency"],
+            num(r["baseline"]["rps"], 0),
+            num(r["shared store"]["rps"], 0),
+            num(r["ratio"], 3),
+            num(r["baseline"]["server_cpu_us_per_request"], 0),
+            num(r["shared store"]["server_cpu_us_per_request"], 0),
+            num(r["shared store"]["p50_ms"]),
+            r["shared store"]["log_lines"] == r["shared store"]["log_keys_distinct"],
+        )
+        for r in d["points"]
+    ]
+    header = [
+        "workers",
+        "concurrency",
+        "baseline req/s",
+        "store req/s",
+        "ratio",
+        "baseline CPU us/req",
+        "store CPU us/req",
+        "store p50 ms",
+        "each key logged once",
+    ]
+    return f"{head}\n\n{table(header, rows)}"
+
+
 def rollout() -> str:
     d = load("rollout")
     o, b = d["overhead_per_step"], d["replayed_batch"]
@@ -1079,10 +1151,12 @@ TABLES: dict[str, Callable[[], str]] = {
     "retrieval-encoder": retrieval_encoder,
     "encoder-backends": encoder_backends,
     "import-index": import_shrink,
+    "index-recall": index_recall,
     "threads": threads,
     "reward-server": reward_server,
     "load": load_table,
     "restart": restart,
+    "reward-keys": reward_keys,
     "rollout": rollout,
     "multi-query": multi_query,
     "hostile": hostile,

@@ -34,7 +34,7 @@ from search_backend.index.shards import EmbeddingShards, shard_paths
 from search_backend.index.store import PassageStore, StoreError
 from search_backend.index.torch_exact import ShardedExactIndex
 from searchrl.search.base import Passage
-from searchrl.search.index_settings import DEFAULT_RERANK_DEPTH
+from searchrl.search.index_settings import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DEFAULT_RERANK_DEPTH
 
 if TYPE_CHECKING:
     from searchrl.search.settings import SearchConfig
@@ -50,11 +50,11 @@ class LocalFaissBackend:
         index_dir: str | Path,
         model: str | None = None,
         device: str = "cpu",
-        nprobe: int | None = 64,
-        ef_search: int | None = 128,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
         encoder: Encoder | None = None,
         query_batch_size: int = 64,
-        rerank_depth: int = DEFAULT_RERANK_DEPTH,
+        rerank_depth: int | None = None,
         devices: list[str] | None = None,
         forward_batch: int | None = None,
         encoder_backend: str = "auto",
@@ -71,7 +71,22 @@ class LocalFaissBackend:
                 f"but the configuration asks for {model!r}"
             )
         self.on_gpu = False
-        self.index: VectorIndex | faiss.Index = self._load(device, devices, nprobe, ef_search, rerank_depth)
+        # A setting left out is the one the index measured when it was made (search_backend/index/recall.py).
+        tuned = self.manifest.get("search_params") or {}
+        self.search_params = {
+            "nprobe": nprobe if nprobe is not None else tuned.get("nprobe", DEFAULT_NPROBE),
+            "efSearch": ef_search if ef_search is not None else tuned.get("efSearch", DEFAULT_EF_SEARCH),
+            "rerank_depth": rerank_depth
+            if rerank_depth is not None
+            else tuned.get("rerank_depth", DEFAULT_RERANK_DEPTH),
+        }
+        self.index: VectorIndex | faiss.Index = self._load(
+            device,
+            devices,
+            self.search_params["nprobe"],
+            self.search_params["efSearch"],
+            self.search_params["rerank_depth"],
+        )
         try:
             self.store = PassageStore(self.index_dir / self.manifest["files"].get("store", STORE_DIR))
         except (StoreError, OSError) as exc:

@@ -25,9 +25,10 @@ def parser() -> argparse.ArgumentParser:
         help="local: dense search with the index's type; bm25 (index built with --bm25); hybrid: both",
     )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--rerank-depth", type=int, default=100, help="compact index type: candidates re-scored")
-    p.add_argument("--nprobe", type=int, default=64)
-    p.add_argument("--ef-search", type=int, default=128)
+    measured = "(default: what the index measured when it was made)"
+    p.add_argument("--rerank-depth", type=int, help=f"compact index type: candidates re-scored {measured}")
+    p.add_argument("--nprobe", type=int, help=f"IVF lists probed per query {measured}")
+    p.add_argument("--ef-search", type=int, help=f"HNSW search breadth {measured}")
     return p
 
 

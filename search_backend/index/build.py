@@ -44,7 +44,7 @@ from search_backend.index.layout import (
     remove_durably,
     write_json_atomic,
 )
-from search_backend.index.shards import shard_path, shard_paths, split_ranges, write_shard
+from search_backend.index.shards import EmbeddingShards, shard_path, shard_paths, split_ranges, write_shard
 from search_backend.index.store import PassageStore, write_store
 
 log = logging.getLogger("search_backend.index.build")
@@ -346,6 +346,87 @@ def build_vector_index(
     return info, seconds
 
 
+def settle_index(
+    out: Path,
+    shards: list[Path],
+    index_type: str,
+    factory: str | None,
+    queries: Callable[[], tuple[np.ndarray, str]],
+    accept_recall: float | None,
+    make_flat: Callable[[], object],
+) -> tuple[str, str | None, dict, dict]:
+    """An approximate index measures what it keeps of the exact top-10 and takes the cheapest setting keeping
+    0.99 of it (search_backend/index/recall.py). Where none does, the index becomes exact (compact: the exact
+    type over its shards; faiss: Flat, made by `make_flat`), unless its best setting keeps `accept_recall`.
+    Returns the index type and factory kept, the manifest's `recall` record and its `search_params`."""
+    from search_backend.index import recall  # loads FAISS: see build_vector_index
+    from search_backend.index.faiss_import import faiss
+
+    if not recall.approximate(index_type, factory):
+        return index_type, factory, {"outcome": "exact", "recall": 1.0}, {}
+    index = faiss.read_index(str(out / INDEX_FILE))
+    tuning = recall.measure(index, EmbeddingShards(shards), index_type == "compact", *queries())
+    record = tuning.record()
+    shown = ", ".join(f"{k} {v}" for k, v in tuning.params.items()) or "no search parameter"
+    if tuning.reached:
+        log.info("%s keeps %.4f of the exact top-10 at %s (%d queries)", factory, tuning.recall, shown, tuning.queries)
+        return index_type, factory, {**record, "outcome": "tuned"}, tuning.params
+    if accept_recall is not None and tuning.recall >= accept_recall:
+        log.warning("%s keeps %.4f of the exact top-10 at best (%s), below %.2f: kept, as --accept-recall %s allows",
+                    factory, tuning.recall, shown, tuning.target, accept_recall)  # fmt: skip
+        return index_type, factory, {**record, "outcome": f"accepted (--accept-recall {accept_recall})"}, tuning.params
+    keep = "exact" if index_type == "compact" else "faiss Flat"
+    log.warning(
+        "%s keeps %.4f of the exact top-10 at best (%s), below %.2f: keeping an exact index (%s); --accept-recall R "
+        "keeps the approximate one", factory, tuning.recall, shown, tuning.target, keep
+    )  # fmt: skip
+    record = {**record, "outcome": f"exact: no setting of {factory} kept {tuning.target}", "approximate": factory}
+    if index_type == "compact":
+        remove_durably(out / INDEX_INFO)
+        remove_durably(out / INDEX_FILE)
+        return "exact", None, record, {}
+    make_flat()
+    return "faiss", "Flat", record, {}
+
+
+def compact_or_exact(index_type: str, factory: str | None, n: int, dimension: int) -> tuple[str, str | None, bool]:
+    """A small corpus's compact index is the exact type: below the size where exact costs no more memory."""
+    from search_backend.index import recall
+
+    if index_type == "compact" and factory is not None and recall.compact_is_exact(n, dimension, factory):
+        log.info("compact at %d passages is the exact type: it costs no more memory than %s would", n, factory)
+        return "exact", None, True
+    return index_type, factory, False
+
+
+def query_texts(path: str | Path | None) -> list[str] | None:
+    """The `--queries` file's queries, read before anything is built so a bad file fails at once."""
+    from search_backend.index import recall
+
+    if path is None:
+        return None
+    try:
+        return recall.read_queries(Path(path))
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
+
+
+def query_vectors(
+    texts: list[str] | None, source: str | Path | None, encoder: Callable[[], Encoder], store: Path, n: int
+) -> tuple[np.ndarray, str]:
+    """The queries an approximate index measures its recall on, encoded, and what they are (for the manifest):
+    the `--queries` file's `texts`, else ones made from a sample of the corpus's own rows (index/recall.py)."""
+    from search_backend.index import recall
+
+    if texts is None:
+        passages = PassageStore(store)
+        texts = [recall.row_query(passages[int(r)].title, passages[int(r)].text) for r in recall.sample_rows(n)]
+        what = recall.HELD_OUT
+    else:
+        what = f"{len(texts)} queries from {source}"
+    return encoder().encode_queries(texts, batch_size=64), what
+
+
 def build(
     corpus: str | Path,
     fmt: str,
@@ -363,14 +444,20 @@ def build(
     index_type: str = "faiss",
     bm25: bool = False,
     encoder_backend: str = "torch",
+    queries: str | Path | None = None,
+    accept_recall: float | None = None,
 ) -> dict:
-    """Build (or finish building) an index directory; returns the manifest."""
+    """Build (or finish building) an index directory; returns the manifest. An approximate index measures its
+    recall on `queries` (a file) or the corpus's own rows, and is tuned or made exact (`settle_index`)."""
     from search_backend.index.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
 
     if index_type not in INDEX_TYPES:
         raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")
     if index_type == "exact" and factory is not None:
         raise BuildError("factory: the exact index type has no FAISS index; leave --factory out")
+    if accept_recall is not None and not 0 < accept_recall <= 1:
+        raise BuildError(f"accept_recall: {accept_recall} is not a share of the top-10; give a value in (0, 1]")
+    texts = query_texts(queries)
     devices = resolve_devices(device)
     on_gpu = any(d.startswith("cuda") for d in devices)
     batch_size = batch_size or (GPU_BATCH if on_gpu else CPU_BATCH)
@@ -389,9 +476,32 @@ def build(
     factory_used = effective_factory(wanted, n) if wanted is not None else None
     if factory_used != wanted:
         log.warning("factory %s clamped to %s for %d passages", wanted, factory_used, n)
+    index_type, factory_used, as_exact = compact_or_exact(index_type, factory_used, n, dimension)
+    where = "cuda" if on_gpu else "cpu"
     index_info, index_s = build_vector_index(
-        out, shards, dimension, index_type, factory_used, "cuda" if on_gpu else "cpu", train_size, checksum
+        out, shards, dimension, index_type, factory_used, where, train_size, checksum
     )
+
+    def vectors() -> tuple[np.ndarray, str]:
+        def encoder() -> Encoder:
+            return Encoder(model, profile=PROFILES[profile_name], max_seq_length=max_seq_length, backend="torch")
+
+        return query_vectors(texts, queries, encoder, out / STORE_DIR, n)
+
+    flat: dict = {}
+
+    def make_flat() -> None:
+        flat["info"], _ = build_vector_index(out, shards, dimension, "faiss", "Flat", where, train_size, checksum)
+
+    measured_from = factory_used
+    index_type, factory_used, recall_record, search_params = settle_index(
+        out, shards, index_type, factory_used, vectors, accept_recall, make_flat
+    )
+    index_info = flat.get("info", index_info)
+    if as_exact:
+        recall_record = {"outcome": f"exact: compact at {n} passages costs no less memory than exact", "recall": 1.0}
+    elif measured_from != factory_used and factory_used is None:
+        index_info = {**index_info, "bytes": None}
     bm25_info = None
     if bm25:
         bm25_info = build_bm25(out, checksum)
@@ -406,6 +516,8 @@ def build(
         "factory_requested": wanted,
         "factory": factory_used,
         "passages": n,
+        "recall": recall_record,
+        "search_params": search_params,
         "corpus": {
             "path": str(corpus),
             "sha256": checksum,
@@ -500,6 +612,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--train-size", type=int, default=1_000_000, help="vectors sampled to train IVF/PQ/SQ")
     p.add_argument("--bm25", action="store_true", help="also build the BM25 index (bm25s) beside the dense one")
+    add_recall_options(p)
     p.add_argument(
         "--max-bad-lines",
         type=int,
@@ -513,6 +626,31 @@ def parser() -> argparse.ArgumentParser:
         help="fail when more than this fraction of corpus lines are malformed",
     )
     return p
+
+
+def add_recall_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--queries",
+        type=Path,
+        default=None,
+        help="an approximate index measures its recall on these queries (one a line, or JSON lines with `query` or "
+        "`question`; the first 1,000); default: 1,000 of the corpus's own rows, each with its own passage left out",
+    )
+    p.add_argument(
+        "--accept-recall",
+        type=float,
+        default=None,
+        metavar="R",
+        help="keep an approximate index whose best setting keeps at least R of the exact top-10 (default: only one "
+        "that keeps 0.99; else the index is made exact)",
+    )
+
+
+def recall_summary(manifest: dict) -> dict:
+    """What the end of a build or an import prints about recall."""
+    found = manifest.get("recall") or {}
+    return {"recall_top10": found.get("recall"), "recall_outcome": found.get("outcome"),
+            "search_params": manifest.get("search_params") or {}}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -536,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
             encoder_backend=args.encoder_backend,
             index_type=args.index_type,
             bm25=args.bm25,
+            queries=args.queries,
+            accept_recall=args.accept_recall,
         )
     except TooManyBadLines as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -550,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
                 "passages": manifest["passages"],
                 "index_type": manifest["index_type"],
                 "factory": manifest["factory"],
+                **recall_summary(manifest),
             }
         )
     )

@@ -33,7 +33,16 @@ from tqdm import tqdm
 
 from search_backend.encode.encoder import Encoder
 from search_backend.encode.profiles import PROFILES, profile_for
-from search_backend.index.build import build_vector_index
+from search_backend.index.build import (
+    BuildError,
+    add_recall_options,
+    build_vector_index,
+    compact_or_exact,
+    query_texts,
+    query_vectors,
+    recall_summary,
+    settle_index,
+)
 from search_backend.index.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, json_rows, numbered_lines
 from search_backend.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
 from search_backend.index.layout import (
@@ -206,9 +215,12 @@ def import_index(
     index_type: str = "faiss",
     shard_size: int = 100_000,
     train_size: int = 1_000_000,
+    queries: str | Path | None = None,
+    accept_recall: float | None = None,
 ) -> dict:
     """Write an index directory serving `faiss_file` over `corpus`; returns the manifest. `index_type` faiss serves
-    the file as it is; compact and exact are built from its vectors."""
+    the file as it is; compact and exact are built from its vectors, a compact one measuring its recall on
+    `queries` (or the corpus's own rows) as a build does (search_backend/index/build.py: settle_index)."""
     from search_backend.index.faiss_import import faiss  # loads FAISS (and its OpenMP) only when an import runs
     from search_backend.index.faiss_index import effective_factory
 
@@ -220,6 +232,9 @@ def import_index(
     for name, path in (("--corpus", corpus), ("--faiss", faiss_file)):
         if not path.is_file():
             raise IndexImportError(f"{name} {path}: no such file")
+    if accept_recall is not None and not 0 < accept_recall <= 1:
+        raise IndexImportError(f"--accept-recall {accept_recall}: a share of the top-10; give a value in (0, 1]")
+    asked = query_texts(queries)
     profile_name = profile or _profile_name(model, layout)
     index = read_mapped(faiss_file)
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
@@ -266,14 +281,25 @@ def import_index(
         write_json_atomic(out / INDEX_INFO, {"corpus_sha256": checksum, "imported_from": str(faiss_file),
                                                "bytes": size})  # fmt: skip
         factory, shards = type(faiss.downcast_index(index)).__name__, []
+        exact = isinstance(faiss.downcast_index(index), faiss.IndexFlat)
+        recall_record = {"outcome": "exact", "recall": 1.0} if exact else {"outcome": "served as imported, unmeasured"}
+        search_params: dict = {}
     else:
         record = {"corpus_sha256": checksum, "model": model, "profile": profile_name, "max_seq_length": max_seq_length,
                   "reconstructed_from": str(faiss_file)}  # fmt: skip
         shards = shards_from(index, out, shard_size, record)
         wanted = default_factory(index_type, int(index.d), count)
         factory = effective_factory(wanted, count) if wanted is not None else None
+        index_type, factory, as_exact = compact_or_exact(index_type, factory, count, int(index.d))
         built, _ = build_vector_index(out, shards, int(index.d), index_type, factory, "cpu", train_size, checksum)
-        how, size = f"re-built as {index_type} from the stored vectors", built["bytes"]
+        index_type, factory, recall_record, search_params = settle_index(
+            out, shards, index_type, factory,
+            lambda: query_vectors(asked, queries, lambda: encoder, out / STORE_DIR, count),
+            accept_recall, _no_flat,
+        )  # fmt: skip
+        if as_exact:
+            recall_record = {"outcome": f"exact: compact at {count} passages costs no less memory", "recall": 1.0}
+        how, size = f"re-built as {index_type} from the stored vectors", built["bytes"] if factory else None
     manifest = {
         "version": MANIFEST_VERSION,
         "model": model,
@@ -285,6 +311,8 @@ def import_index(
         "factory_requested": None,
         "factory": factory,
         "passages": count,
+        "recall": recall_record,
+        "search_params": search_params,
         "corpus": {"path": str(corpus), "sha256": checksum, "format": layout, "lines": report.lines,
                    "bad_lines": report.bad},
         "files": {"index": INDEX_FILE if factory else None, "index_bytes": size, "store": STORE_DIR,
@@ -298,6 +326,10 @@ def import_index(
     }  # fmt: skip
     write_json_atomic(out / MANIFEST, manifest)
     return manifest
+
+
+def _no_flat() -> None:
+    raise AssertionError("an import's approximate index is compact, which falls back to the exact type")
 
 
 def _profile_name(model: str, layout: str) -> str:
@@ -337,6 +369,7 @@ def parser() -> argparse.ArgumentParser:
         f"{', '.join(f'{k}: {v}' for k, v in LAYOUT_MAX_LENGTH.items())}, their builders' defaults)",
     )
     p.add_argument("--max-bad-lines", type=int, default=0, help="malformed corpus lines allowed (default 0)")
+    add_recall_options(p)
     return p
 
 
@@ -346,9 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = import_index(
             args.layout, args.corpus, args.faiss, args.model, args.out, args.profile, args.max_bad_lines,
-            args.max_seq_length, args.index_type, args.shard_size,
+            args.max_seq_length, args.index_type, args.shard_size, queries=args.queries,
+            accept_recall=args.accept_recall,
         )  # fmt: skip
-    except (IndexImportError, TooManyBadLines) as exc:
+    except (IndexImportError, TooManyBadLines, BuildError) as exc:
         print(f"index import: {exc}", file=sys.stderr)
         return 2
     check = manifest["imported"]["row_check"]
@@ -357,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{manifest['imported']['placed_by']}) into {args.out}; {len(check['rows'])} sampled rows match "
         f"(cosine >= {check['min_cosine']:.4f}). Serve it: searchrl search serve --index {args.out}"
     )
+    summary = recall_summary(manifest)
+    if summary["recall_top10"] is not None:
+        print(
+            f"recall: keeps {summary['recall_top10']} of the exact top-10 ({summary['recall_outcome']}; search "
+            f"settings {summary['search_params'] or 'none'})"
+        )
     return 0
 
 

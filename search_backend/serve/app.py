@@ -250,6 +250,9 @@ class SearchService:
             "retriever": getattr(self.backend, "retriever", None),
             "index_type": (getattr(self.backend, "manifest", None) or {}).get("index_type"),
             "manifest": getattr(self.backend, "manifest", None),
+            # What the index measured it keeps of the exact top-10 when it was made, and the settings it serves.
+            "recall": (getattr(self.backend, "manifest", None) or {}).get("recall"),
+            "search_params": getattr(self.backend, "search_params", None),
             "index_version": self.version,
             "cache": self.cache.stats(),
             "latency_s": self.config.latency_s,

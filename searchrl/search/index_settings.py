@@ -12,7 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Candidates the compact index type re-scores exactly per query.
+# Search settings of an index whose manifest records none (made before indexes measured their recall).
+DEFAULT_NPROBE = 64
+DEFAULT_EF_SEARCH = 128
 DEFAULT_RERANK_DEPTH = 100
 
 
@@ -31,10 +33,19 @@ class IndexSettings(BaseModel):
     index_dir: Path | None = None
     model: str | None = Field(default=None, description="must match the index manifest's model when set")
     device: Literal["cpu", "cuda"] = "cpu"
-    nprobe: int | None = Field(default=64, ge=1, description="IVF lists probed per query")
-    ef_search: int | None = Field(default=128, ge=1, description="HNSW search breadth")
-    rerank_depth: int = Field(
-        default=DEFAULT_RERANK_DEPTH, ge=1, description="compact index type: candidates re-scored exactly per query"
+    # None: what the index measured when it was made (its manifest's `search_params`: the cheapest setting that
+    # keeps 0.99 of the exact top-10), else the value in brackets, for an index made before it measured.
+    nprobe: int | None = Field(
+        default=None, ge=1, description="IVF lists probed per query (default: the index's measured setting, else 64)"
+    )
+    ef_search: int | None = Field(
+        default=None, ge=1, description="HNSW search breadth (default: the index's measured setting, else 128)"
+    )
+    rerank_depth: int | None = Field(
+        default=None,
+        ge=1,
+        description="compact index type: candidates re-scored exactly per query (default: the index's measured "
+        f"setting, else {DEFAULT_RERANK_DEPTH})",
     )
     forward_batch: int | None = Field(
         default=None,
