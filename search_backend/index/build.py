@@ -353,12 +353,12 @@ def settle_index(
     factory: str | None,
     queries: Callable[[], tuple[np.ndarray, str]],
     accept_recall: float | None,
-    make_flat: Callable[[], object],
 ) -> tuple[str, str | None, dict, dict]:
     """An approximate index measures what it keeps of the exact top-10 and takes the cheapest setting keeping
-    0.99 of it (search_backend/index/recall.py). Where none does, the index becomes exact (compact: the exact
-    type over its shards; faiss: Flat, made by `make_flat`), unless its best setting keeps `accept_recall`.
-    Returns the index type and factory kept, the manifest's `recall` record and its `search_params`."""
+    0.99 of it (search_backend/index/recall.py). Where none does, the index is to be exact (compact: the exact
+    type over its shards, factory None; faiss: Flat), unless its best setting keeps `accept_recall`. Returns the
+    index type and factory to keep, the manifest's `recall` record and its `search_params`; the caller makes the
+    index again when the factory changed."""
     from search_backend.index import recall  # loads FAISS: see build_vector_index
     from search_backend.index.faiss_import import faiss
 
@@ -375,18 +375,13 @@ def settle_index(
         log.warning("%s keeps %.4f of the exact top-10 at best (%s), below %.2f: kept, as --accept-recall %s allows",
                     factory, tuning.recall, shown, tuning.target, accept_recall)  # fmt: skip
         return index_type, factory, {**record, "outcome": f"accepted (--accept-recall {accept_recall})"}, tuning.params
-    keep = "exact" if index_type == "compact" else "faiss Flat"
+    kept = ("exact", None) if index_type == "compact" else ("faiss", "Flat")
     log.warning(
         "%s keeps %.4f of the exact top-10 at best (%s), below %.2f: keeping an exact index (%s); --accept-recall R "
-        "keeps the approximate one", factory, tuning.recall, shown, tuning.target, keep
+        "keeps the approximate one", factory, tuning.recall, shown, tuning.target, kept[1] or kept[0]
     )  # fmt: skip
     record = {**record, "outcome": f"exact: no setting of {factory} kept {tuning.target}", "approximate": factory}
-    if index_type == "compact":
-        remove_durably(out / INDEX_INFO)
-        remove_durably(out / INDEX_FILE)
-        return "exact", None, record, {}
-    make_flat()
-    return "faiss", "Flat", record, {}
+    return *kept, record, {}
 
 
 def compact_or_exact(index_type: str, factory: str | None, n: int, dimension: int) -> tuple[str, str | None, bool]:
@@ -488,20 +483,16 @@ def build(
 
         return query_vectors(texts, queries, encoder, out / STORE_DIR, n)
 
-    flat: dict = {}
-
-    def make_flat() -> None:
-        flat["info"], _ = build_vector_index(out, shards, dimension, "faiss", "Flat", where, train_size, checksum)
-
-    measured_from = factory_used
+    measured = factory_used
     index_type, factory_used, recall_record, search_params = settle_index(
-        out, shards, index_type, factory_used, vectors, accept_recall, make_flat
+        out, shards, index_type, factory_used, vectors, accept_recall
     )
-    index_info = flat.get("info", index_info)
+    if factory_used != measured:  # made exact: Flat built, or the compact index's files removed (factory None)
+        index_info, _ = build_vector_index(
+            out, shards, dimension, index_type, factory_used, where, train_size, checksum
+        )
     if as_exact:
         recall_record = {"outcome": f"exact: compact at {n} passages costs no less memory than exact", "recall": 1.0}
-    elif measured_from != factory_used and factory_used is None:
-        index_info = {**index_info, "bytes": None}
     bm25_info = None
     if bm25:
         bm25_info = build_bm25(out, checksum)
@@ -634,7 +625,7 @@ def add_recall_options(p: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="an approximate index measures its recall on these queries (one a line, or JSON lines with `query` or "
-        "`question`; the first 1,000); default: 1,000 of the corpus's own rows, each with its own passage left out",
+        "`question`; the first 1,000); default: made from 1,000 of the corpus's own rows (title and first 8 words)",
     )
     p.add_argument(
         "--accept-recall",

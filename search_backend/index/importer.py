@@ -292,11 +292,13 @@ def import_index(
         factory = effective_factory(wanted, count) if wanted is not None else None
         index_type, factory, as_exact = compact_or_exact(index_type, factory, count, int(index.d))
         built, _ = build_vector_index(out, shards, int(index.d), index_type, factory, "cpu", train_size, checksum)
+        measured = factory
         index_type, factory, recall_record, search_params = settle_index(
             out, shards, index_type, factory,
-            lambda: query_vectors(asked, queries, lambda: encoder, out / STORE_DIR, count),
-            accept_recall, _no_flat,
+            lambda: query_vectors(asked, queries, lambda: encoder, out / STORE_DIR, count), accept_recall,
         )  # fmt: skip
+        if factory != measured:  # the compact index fell back to the exact type: its files are removed
+            built, _ = build_vector_index(out, shards, int(index.d), index_type, None, "cpu", train_size, checksum)
         if as_exact:
             recall_record = {"outcome": f"exact: compact at {count} passages costs no less memory", "recall": 1.0}
         how, size = f"re-built as {index_type} from the stored vectors", built["bytes"] if factory else None
@@ -326,10 +328,6 @@ def import_index(
     }  # fmt: skip
     write_json_atomic(out / MANIFEST, manifest)
     return manifest
-
-
-def _no_flat() -> None:
-    raise AssertionError("an import's approximate index is compact, which falls back to the exact type")
 
 
 def _profile_name(model: str, layout: str) -> str:
