@@ -61,5 +61,7 @@ def resolve_model(spec: str, template: str | None = None) -> ModelConfig:
 def template_id(model: ModelConfig) -> dict[str, str]:
     """What identifies the prompt: the kind and a digest of every field that shapes the rendered text."""
     fields = model.model_dump(include={"kind", "template", "system", "user", "assistant_prefix"})
+    if model.chat_template_kwargs:  # only when set: earlier runs' template ids stay the same
+        fields["chat_template_kwargs"] = model.chat_template_kwargs
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     return {"kind": model.kind, "sha256": digest}

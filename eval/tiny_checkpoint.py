@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from eval.qwen3_stand_in import save_qwen3_style_checkpoint
 from searchrl.paths import EXAMPLES
 from searchrl.tiny_policy.model import save_checkpoint
 
@@ -26,11 +27,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, default=Path("runs/tiny-checkpoint"), help="checkpoint folder to write")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument(
+        "--arch",
+        choices=("tiny", "qwen3"),
+        default="tiny",
+        help="tiny: the tiny policy's own architecture and plain tokenizer; qwen3: Qwen3ForCausalLM with a tokenizer "
+        "and chat template of Qwen3's shape (thinking mode, tool calls), for the configs/models/qwen3-*.yaml configs",
+    )
     args = p.parse_args(argv)
     texts = [
         json.loads(line).get(key, "") for name, key in SOURCES for line in (EXAMPLES / name).open(encoding="utf-8")
     ]
-    print(save_checkpoint(args.out, texts, args.seed))
+    save = save_qwen3_style_checkpoint if args.arch == "qwen3" else save_checkpoint
+    print(save(args.out, texts, args.seed))
     return 0
 
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eval.qwen3_stand_in import save_qwen3_style_tokenizer
 from searchrl.config import ConfigError, load
 from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
@@ -123,13 +124,18 @@ def stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
         return None
     except OSError:
         pass
+    stage_dir.mkdir(parents=True, exist_ok=True)
     texts = [line for line in RECORDINGS.read_text(encoding="utf-8").splitlines()]
-    tokenizer = save_chat_tokenizer(stage_dir / "chat_tokenizer", texts)
+    # A config that switches thinking needs a template that reads the switch: Qwen3's shape, not Qwen2.5's ChatML.
+    thinking = "enable_thinking" in model.chat_template_kwargs
+    save = save_qwen3_style_tokenizer if thinking else save_chat_tokenizer
+    tokenizer = save(stage_dir / "chat_tokenizer", texts)
     data = {**model.model_dump(), "tokenizer_path": str(tokenizer)}
     out = stage_dir / "model.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    shape = "Qwen3-shaped" if thinking else "ChatML"
     print(
-        f"[rehearse] {model.tokenizer}: not available here; chat prompts rendered with a ChatML stand-in", flush=True
+        f"[rehearse] {model.tokenizer}: not available here; chat prompts rendered with a {shape} stand-in", flush=True
     )
     return str(out)
 
@@ -151,7 +157,7 @@ def episode_overrides(
     data, its scale, its folders), the stage's router config (None unless it routes) and the recordings file."""
     base = plan_stage(stage_name, model, ["init_from=null", *overrides])
     model_config = str(base["stage"].model)
-    if model is None and (stand_in := stand_in_chat_model(model_config, stage_dir)) is not None:
+    if (stand_in := stand_in_chat_model(model_config, stage_dir)) is not None:
         model = model_config = stand_in
     router = base["stage"].search.router if base["stage"].search.backend == "router" else None
     package = stage_package(base["stage"].stage)

@@ -67,6 +67,10 @@ class ModelConfig(Strict):
     system: str | None = Field(None, description="chat models: the system message with the search rules")
     user: str = Field("{question}", description="chat models: the user turn, with {question}; may hold the rules")
     assistant_prefix: str = Field("<think>", description="chat models: text that opens the assistant turn")
+    chat_template_kwargs: dict[str, bool | int | str] = Field(
+        default_factory=dict,
+        description="chat models: keyword arguments of the tokenizer's chat template, e.g. Qwen3's enable_thinking",
+    )
 
     @model_validator(mode="after")
     def _template_for_kind(self) -> ModelConfig:
@@ -75,6 +79,8 @@ class ModelConfig(Strict):
                 raise ValueError("a base model needs `template` containing {question}")
         elif not self.system and self.user.strip() == "{question}":
             raise ValueError("a chat model needs `system` (the search rules as a system message) or a `user` turn")
+        if self.kind == "base" and self.chat_template_kwargs:
+            raise ValueError("chat_template_kwargs: a base model's prompt is a plain template; remove the field")
         return self
 
     @property

@@ -7,6 +7,7 @@ import hashlib
 import json
 from typing import Any, Protocol
 
+from searchrl.config import ConfigError
 from searchrl.hub import load_tokenizer as load_hub_tokenizer
 from searchrl.protocols import get_protocol, r1_searcher
 from searchrl.stage.config import ModelConfig, StageConfig
@@ -39,7 +40,9 @@ def render_prompt(
         # Without a system message the tokenizer's template puts its own default, as it did for Router-R1.
         system = [{"role": "system", "content": model.system}] if model.system else []
         messages = [*system, {"role": "user", "content": model.user.replace("{question}", question)}]
-        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompt = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **model.chat_template_kwargs
+        )
         prompt += model.assistant_prefix
     if prompt_end is not None and not prompt.rstrip().endswith(prompt_end):
         raise ValueError(f"model {model.name!r}: the rendered prompt must end with {prompt_end}")
@@ -53,13 +56,36 @@ def prompt_end(stage: StageConfig) -> str | None:
 
 def load_tokenizer(model: ModelConfig) -> Any:
     """The model's Hugging Face tokenizer (a hub name or a local path); offline, an error naming what to fetch."""
-    return load_hub_tokenizer(model.tokenizer)
+    tokenizer = load_hub_tokenizer(model.tokenizer)
+    if model.kind == "chat":
+        check_template_kwargs(model, tokenizer)
+    return tokenizer
+
+
+def check_template_kwargs(model: ModelConfig, tokenizer: ChatTokenizer) -> None:
+    """Refuses a switch the tokenizer's chat template does not read: a Jinja template ignores unknown keywords, so
+    `enable_thinking` given to a template without a thinking mode would change nothing, silently."""
+    probe = [{"role": "user", "content": "?"}]
+    for key, value in model.chat_template_kwargs.items():
+        if not isinstance(value, bool):
+            continue
+        renders = {
+            tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True, **{key: flag})
+            for flag in (True, False)
+        }
+        if len(renders) == 1:
+            raise ConfigError(
+                f"model {model.name!r}: chat_template_kwargs.{key}: the chat template of {model.tokenizer} does not "
+                f"read it; remove the key, or point tokenizer_path at a tokenizer whose template has it"
+            )
 
 
 def template_fingerprint(model: ModelConfig) -> str:
     """A hash of what shapes the prompt text; a data preparation report records it, and the
     preflight compares it with the job's model config."""
-    parts = [model.kind, model.template, model.system, model.user, model.assistant_prefix, model.tokenizer]
+    parts: list = [model.kind, model.template, model.system, model.user, model.assistant_prefix, model.tokenizer]
+    if model.chat_template_kwargs:  # only when set: the fingerprints of data prepared before stay the same
+        parts.append(model.chat_template_kwargs)
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
