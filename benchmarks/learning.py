@@ -251,6 +251,34 @@ def copy_model(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst)
 
 
+def commit() -> dict[str, Any]:
+    """The checkout a run measured: HEAD and whether tracked files differed from it (None outside a git checkout)."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return {"head": head, "dirty": bool(changed) if changed is not None else None}
+
+
+def warm_start_record(protocol: str) -> dict[str, Any]:
+    """The warm start a run started from: its folder, the inputs hash its build recorded, and a hash of its content
+    (the weights and tokenizer files as they are on disk)."""
+    import hashlib
+
+    folder = SPEAKERS[protocol].shipped
+    build = folder / "build.json"
+    content = hashlib.sha256()
+    for name in ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "config.json"):
+        if (folder / name).is_file():
+            content.update(name.encode() + b"\0" + (folder / name).read_bytes())
+    inputs = json.loads(build.read_text(encoding="utf-8")).get("inputs_hash") if build.is_file() else None
+    return {"folder": str(folder.relative_to(ROOT)), "inputs_hash": inputs, "content_sha256": content.hexdigest()[:16]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.learning", description=__doc__.splitlines()[0])
     p.add_argument("--stages", default="stage1,stage2", help="stage1, or stage1,stage2")
@@ -294,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "protocol": args.protocol,
         "prompt_template": base_template(args.protocol),
+        "commit": commit(),
+        "warm_start": warm_start_record(args.protocol),
         "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(out)},
         "seeds": [],
     }

@@ -63,3 +63,30 @@ def test_side_by_side_raises_a_failed_job():
 
     with pytest.raises(RuntimeError, match="training job failed"):
         side_by_side(lambda: {"run": "train"}, fails)
+
+
+def test_a_run_records_its_commit_and_its_warm_start(tmp_path, monkeypatch):
+    """learning.json names the checkout and the warm start it measured; the content hash follows the weights."""
+    import json
+    import shutil
+
+    from benchmarks import learning
+    from searchrl.paths import EXAMPLES, ROOT
+
+    head = learning.commit()
+    assert len(head["head"]) == 40 and isinstance(head["dirty"], bool)
+    shipped = learning.warm_start_record("r1-searcher")
+    built = json.loads((EXAMPLES / "tiny_policy/build.json").read_text())
+    assert shipped["folder"] == "examples/tiny_policy" and shipped["inputs_hash"] == built["inputs_hash"]
+    copy = ROOT / "runs" / f"warm-start-record-{tmp_path.name}"
+    shutil.copytree(EXAMPLES / "tiny_policy", copy)
+    try:
+        speaker = learning.SPEAKERS["r1-searcher"]
+        monkeypatch.setitem(learning.SPEAKERS, "r1-searcher", type(speaker)(**{**vars(speaker), "shipped": copy}))
+        assert learning.warm_start_record("r1-searcher")["content_sha256"] == shipped["content_sha256"]
+        weights = copy / "model.safetensors"
+        data = weights.read_bytes()
+        weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+        assert learning.warm_start_record("r1-searcher")["content_sha256"] != shipped["content_sha256"]
+    finally:
+        shutil.rmtree(copy)
