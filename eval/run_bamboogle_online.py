@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=Path, default=Path("runs/web_cache.sqlite"), help="SQLite cache of answers")
     p.add_argument("--replay", action="store_true", help="answer searches only from the cache (no provider call)")
     p.add_argument("--rate-limit", type=float, default=1.0, help="provider requests per second")
+    p.add_argument("--max-queries", type=int, default=None, help="provider requests this run may send (cache: free)")
+    p.add_argument("--max-usd", type=float, default=None, help="estimated USD this run may spend on the provider")
+    p.add_argument("--usd-per-query", type=float, default=None, help="price of one request (default: list price)")
     add_generation_args(p)
     args = p.parse_args(argv)
     try:
@@ -58,11 +61,22 @@ def main(argv: list[str] | None = None) -> int:
             cache_path=args.cache,
             replay_only=args.replay,
             rate_limit_per_s=args.rate_limit,
+            max_queries=args.max_queries,
+            max_usd=args.max_usd,
+            usd_per_query=args.usd_per_query,
         )
         backend = WebSearchBackend.from_config(config)
         extra = {"search": {**web_options(config), "replay": args.replay}}
         search_id = {"backend": "web", "index": None, "options": web_options(config)}
-        return run_all([args.dataset], args, backend, search_id, extra)
+        try:
+            return run_all([args.dataset], args, backend, search_id, extra)
+        finally:
+            meter = backend.web_budget.stats()
+            print(
+                f"web search: {meter['queries']} provider requests, {meter['cache_hits']} cache hits, "
+                f"est. ${meter['usd']:.4f}",
+                file=sys.stderr,
+            )
     except ValidationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -214,6 +214,20 @@ def test_online_bamboogle_with_provider_judge_and_replay(tmp_path, monkeypatch):
         )
         assert again.returncode == 0, again.stderr[-3000:]
         assert provider.calls == provider_calls
+        assert f"web search: {provider_calls} provider requests" in first.stderr
+        assert "web search: 0 provider requests" in again.stderr and "$0.0000" in again.stderr
+        # A budget of no requests on an empty cache: the run stops naming the limit, the provider never called.
+        capped = subprocess.run(
+            [sys.executable, *[str(tmp_path / "empty.sqlite") if a.endswith("cache.sqlite") else a for a in args]]
+            + ["--max-queries", "0", "--out", str(tmp_path / "capped")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            env={**__import__("os").environ, **env},
+        )
+        assert capped.returncode != 0 and "search.web.max_queries=0 reached" in capped.stderr, capped.stderr[-3000:]
+        assert provider.calls == provider_calls
     live = [json.loads(line) for line in (tmp_path / "live/bamboogle.jsonl").open()]
     replay = [json.loads(line) for line in (tmp_path / "replay/bamboogle.jsonl").open()]
     assert [r["gen_text_store"] for r in live] == [r["gen_text_store"] for r in replay]

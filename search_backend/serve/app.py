@@ -19,6 +19,7 @@ from search_backend.index.cpu_threads import Threads, configure, policy, restore
 from search_backend.serve.batching import MicroBatcher
 from search_backend.serve.cache import ResultCache
 from search_backend.serve.index_reload import IndexWatch, ReloadError, reload_on_sighup
+from search_backend.web.errors import WebBudgetExhaustedError
 from searchrl.search.base import Passage, SearchBackend, normalise_query, r1_text
 from searchrl.search.index_settings import HybridConfig, IndexSettings
 from searchrl.search.settings import IndexBackend
@@ -245,7 +246,7 @@ class SearchService:
         return results  # type: ignore[return-value]
 
     def health(self) -> dict:
-        return {
+        answer = {
             "status": "ok",
             "retriever": getattr(self.backend, "retriever", None),
             "index_type": (getattr(self.backend, "manifest", None) or {}).get("index_type"),
@@ -259,9 +260,17 @@ class SearchService:
             "batching": self.batcher.stats() if self.batcher else {"enabled": False},
             "cpu_threads": (threads.stats() if (threads := policy()) else None),
         }
+        # A web backend's meter: what the run sent to the provider, its cache hits and estimated spend.
+        if (budget := getattr(self.backend, "web_budget", None)) is not None:
+            answer["web_budget"] = budget.stats()
+        return answer
 
 
 HEALTH_ERRORS = {403: BODY_ERRORS[403]}
+SEARCH_ERRORS = {
+    **BODY_ERRORS,
+    402: {"model": ErrorBody, "description": "a web backend's budget (search.web.max_queries or max_usd) is spent"},
+}
 RELOAD_ERRORS = {
     **BODY_ERRORS,
     409: {"model": ErrorBody, "description": "the index directory cannot be loaded now; the old index stays served"},
@@ -350,6 +359,10 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         allowed_hosts=config.allowed_hosts,
     )
 
+    @app.exception_handler(WebBudgetExhaustedError)
+    async def _budget_exhausted(request: Request, exc: WebBudgetExhaustedError) -> Response:
+        return error_response(exc.http_status, exc.field, str(exc))
+
     @app.get("/health", responses=HEALTH_ERRORS)
     async def health(request: Request) -> dict:
         # Open for liveness checks; the manifest (corpus path, checksum) only with the token.
@@ -373,7 +386,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         "/search",
         openapi_extra=_schema(SearchRequest, config, "top_k"),
         response_model=SearchResponse,
-        responses=BODY_ERRORS,
+        responses=SEARCH_ERRORS,
     )
     async def search(request: Request) -> Response:
         body = parse_body(await request.body(), SearchRequest)
@@ -385,7 +398,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         )
 
     @app.post(
-        "/queries", openapi_extra=_schema(R1Request, config, "k"), response_model=R1Response, responses=BODY_ERRORS
+        "/queries", openapi_extra=_schema(R1Request, config, "k"), response_model=R1Response, responses=SEARCH_ERRORS
     )
     async def r1_queries(request: Request) -> Response:
         body = parse_body(await request.body(), R1Request)
@@ -399,7 +412,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         "/retrieve",
         openapi_extra=_schema(RetrieveRequest, config, "topk"),
         response_model=RetrieveResponse,
-        responses=BODY_ERRORS,
+        responses=SEARCH_ERRORS,
     )
     async def retrieve(request: Request) -> Response:
         body = parse_body(await request.body(), RetrieveRequest)

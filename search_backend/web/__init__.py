@@ -1,6 +1,7 @@
 """Online search: web search APIs behind the project's search interface."""
 
 from search_backend.web.backend import PROVIDERS, WebSearchBackend
+from search_backend.web.budget import LIST_PRICES, WebBudget
 from search_backend.web.cache import WebCache
 from search_backend.web.errors import (
     CacheMissError,
@@ -11,6 +12,7 @@ from search_backend.web.errors import (
     ProviderError,
     ProviderRefusedError,
     SummarizeError,
+    WebBudgetExhaustedError,
     WebSearchError,
 )
 from search_backend.web.fetch import FetchPolicy, fetch_page
@@ -18,6 +20,7 @@ from search_backend.web.summarize import Summarizer
 from searchrl.search.web_settings import WebSearchConfig
 
 __all__ = [
+    "LIST_PRICES",
     "PROVIDERS",
     "CacheMissError",
     "FetchError",
@@ -29,6 +32,8 @@ __all__ = [
     "ProviderRefusedError",
     "SummarizeError",
     "Summarizer",
+    "WebBudget",
+    "WebBudgetExhaustedError",
     "WebCache",
     "WebSearchBackend",
     "WebSearchConfig",

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from search_backend.web.brave import BraveProvider
+from search_backend.web.budget import WebBudget
 from search_backend.web.cache import WebCache, cache_key
 from search_backend.web.errors import (
     CacheMissError,
@@ -18,6 +19,7 @@ from search_backend.web.errors import (
     MalformedResponseError,
     ProviderError,
     ProviderRefusedError,
+    WebBudgetExhaustedError,
     WebSearchError,
 )
 from search_backend.web.exa import ExaProvider
@@ -54,6 +56,12 @@ class _Malformed(RetryableError):
     """A body that is not the provider's documented JSON; retried, then reported as MalformedResponseError."""
 
 
+def _never_connected(error: RetryableError) -> bool:
+    # HttpSession.send says "cannot connect" only when no connection opened, so the request never left; a timeout
+    # or a dropped connection may have been served and billed (tests/test_web_budget.py pins the wording).
+    return "cannot connect (" in str(error)
+
+
 class WebSearchBackend:
     def __init__(
         self,
@@ -75,6 +83,7 @@ class WebSearchBackend:
         backoff_max_s: float = 8.0,
         retry_after_max_s: float = 60.0,
         timeout_s: float = 30.0,
+        budget: WebBudget | None = None,
     ) -> None:
         if summarizer is not None and not fetch_pages:
             raise ValueError("summarizer: needs fetch_pages=True")
@@ -90,6 +99,7 @@ class WebSearchBackend:
         self.cache = cache
         self.replay_only = replay_only
         self.provider_calls = 0
+        self.web_budget = budget if budget is not None else WebBudget(provider.name)
         self._retry = {
             "retries": retries,
             "backoff_s": backoff_s,
@@ -151,6 +161,7 @@ class WebSearchBackend:
             backoff_max_s=config.backoff_max_s,
             retry_after_max_s=config.retry_after_max_s,
             timeout_s=config.timeout_s,
+            budget=WebBudget.from_config(config),
         )
 
     def cache_options(self, top_k: int) -> dict[str, Any]:
@@ -179,6 +190,7 @@ class WebSearchBackend:
         options = self.cache_options(top_k)
         key = cache_key(self.provider.name, query, options)
         if self.cache is not None and (cached := self.cache.get(key)) is not None:
+            self.web_budget.cache_hit()
             return cached.passages
         if self.replay_only:
             raise CacheMissError(f"replay_only: no cached {self.provider.name} answer for {query!r} with {options}")
@@ -188,7 +200,12 @@ class WebSearchBackend:
             task = asyncio.ensure_future(self._answer(query, top_k, key, options))
             self._inflight[key] = task
             task.add_done_callback(lambda _: self._inflight.pop(key, None))
-        return list(await asyncio.shield(task))
+        try:
+            return list(await asyncio.shield(task))
+        except WebBudgetExhaustedError as exc:
+            if self.web_budget.on_exhausted == "notice":
+                return [self.web_budget.notice(exc)]
+            raise
 
     async def _answer(self, query: str, top_k: int, key: str, options: dict[str, Any]) -> list[Passage]:
         hits: dict[str, Hit] = {}
@@ -211,14 +228,23 @@ class WebSearchBackend:
             body = None if request.json is None else encode_json(request.json)
         except RequestEncodingError as exc:
             raise WebSearchError(f"{name}: search not sent: {exc}") from None
-        await self._bucket.acquire()
-        self.provider_calls += 1
+        charge = self.web_budget.reserve(min(top_k, self.provider.max_count))
+        billed = False
         try:
-            response = await self._api.send(
-                request.method, request.url, body=body, params=request.params, headers=request.headers
-            )
-        except RetryableError as exc:
-            raise RetryableError(self._redact(f"{name}: {exc}")) from None
+            await self._bucket.acquire()
+            self.provider_calls += 1
+            billed = True  # once sending starts only a clear "not served" gives the reservation back
+            try:
+                response = await self._api.send(
+                    request.method, request.url, body=body, params=request.params, headers=request.headers
+                )
+            except RetryableError as exc:
+                billed = not _never_connected(exc)
+                raise RetryableError(self._redact(f"{name}: {exc}")) from None
+            billed = response.status < 300
+        finally:
+            if not billed:
+                self.web_budget.release(charge)
         if response.status == 429 or response.status >= 500:
             raise RetryableError(f"{name}: HTTP {response.status}", response.retry_after_s)
         if response.status >= 400:
@@ -282,6 +308,7 @@ class WebSearchBackend:
             await self.summarizer.aclose()
         if self.cache is not None:
             self.cache.close()
+        self.web_budget.close()
 
     async def __aenter__(self) -> WebSearchBackend:
         return self

@@ -31,6 +31,17 @@ class CacheMissError(WebSearchError):
     ends_run = True  # a replay that answers from anywhere but the recording is not a replay
 
 
+class WebBudgetExhaustedError(WebSearchError):
+    """search.web.max_queries or max_usd is reached; `field` names the limit. The server answers it with 402."""
+
+    ends_run = True  # every later search would be refused too: stop, rather than train on refusals
+    http_status = 402
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class SummarizeError(WebSearchError):
     """The summarisation endpoint could not answer after every try."""
 

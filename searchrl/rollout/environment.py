@@ -267,6 +267,9 @@ class SearchEnvironment:
         )
         if self.protocol.INVALID_ACTION is not None:
             logs.update(invalid_actions=float(ep.invalid_actions))
+        # A web backend's meter, as the run's totals so far: TensorBoard's train/web_* is their mean over a step.
+        if (budget := getattr(self.search, "web_budget", None)) is not None:
+            logs.update(budget.scalars())
         if self.reward is not None and self.process_weight > 0:
             violated = logs.get("format_ok", 0.0) < 1.0
             ep.process_reward = process_reward(

@@ -40,6 +40,13 @@ class SearchAuthError(SearchError):
     ends_run = True
 
 
+class SearchBudgetError(SearchError):
+    """The search service's budget is spent (HTTP 402: search.web.max_queries or max_usd reached): every later
+    search would be refused too, so the run stops, naming the limit, instead of training on failed searches."""
+
+    ends_run = True
+
+
 @runtime_checkable
 class SearchBackend(Protocol):
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:

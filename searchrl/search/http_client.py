@@ -13,7 +13,7 @@ from searchrl.http_transport import (
     RetryableError,
     RetryPolicy,
 )
-from searchrl.search.base import Passage, SearchAuthError, SearchError, SearchRefusedError
+from searchrl.search.base import Passage, SearchAuthError, SearchBudgetError, SearchError, SearchRefusedError
 from searchrl.search.settings import DEFAULT_DEADLINE_S, SearchConfig
 
 
@@ -88,6 +88,8 @@ class HttpSearchBackend:
                     f"{exc.url} refused the credentials: HTTP {exc.status}; set the retrieval server's token in the "
                     "variable search.token_env names (default $SEARCHRL_SEARCH_TOKEN) on the submitting shell"
                 ) from None
+            if exc.status == 402:
+                raise SearchBudgetError(f"{exc.url}: the web search budget is spent: {exc.text[:500]}") from None
             raise SearchRefusedError(f"{exc.url} refused the request: HTTP {exc.status}: {exc.text[:500]}") from None
         except RetryableError as exc:
             raise SearchError(

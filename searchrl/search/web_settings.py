@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
 PROVIDER_DESCRIPTION = (
     "web search API: serper (Google results), brave, tavily, searxng (self-hosted, base_url or SEARXNG_URL) or exa. "
@@ -47,6 +47,26 @@ class WebSearchConfig(BaseModel):
     backoff_max_s: float = Field(default=8.0, ge=0)
     retry_after_max_s: float = Field(default=60.0, ge=0, description="longest Retry-After wait honoured")
     timeout_s: float = Field(default=30.0, gt=0)
+    # The run's budget (search_backend/web/budget.py): provider requests and their estimated price, capped.
+    max_queries: NonNegativeInt | None = Field(
+        default=None, description="provider requests the run may send (cache hits are free); None: no limit"
+    )
+    max_usd: NonNegativeFloat | None = Field(
+        default=None, allow_inf_nan=False, description="estimated USD the run may spend; None: no limit"
+    )
+    usd_per_query: NonNegativeFloat | None = Field(
+        default=None, allow_inf_nan=False, description="price of one provider request; None: the provider's list price"
+    )
+    on_budget_exhausted: Literal["error", "notice"] = Field(
+        default="error",
+        description="at a limit: error stops the run; notice answers each query with a 'search budget exhausted' "
+        "passage so the policy sees it",
+    )
+    budget_path: Path | None = Field(
+        default=None,
+        description="SQLite file of the run's meter, shared by its processes and kept across restarts; "
+        "None: each process counts from zero",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WebSearchConfig:
