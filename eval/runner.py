@@ -271,7 +271,7 @@ def resolve_engine(args: argparse.Namespace) -> str:
         print(f"[eval] engine: {engine}", file=sys.stderr)
     if engine == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ConfigError(
-            "--engine vllm: vLLM is not installed here (pip install -e '.[train]' on a GPU node); "
+            "--engine vllm: vLLM is not installed here (bash launch/install_gpu.sh on a GPU node); "
             "on a CPU use --engine hf, or --engine openai with a served model"
         )
     return engine

@@ -389,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.real or (not args.cpu and gpu_stack()):
         if not gpu_stack():
-            print("error: --real needs a GPU with vLLM, Ray and DeepSpeed: pip install -e '.[train]'", file=sys.stderr)
+            print(
+                "error: --real needs a GPU with vLLM, Ray and DeepSpeed: bash launch/install_gpu.sh", file=sys.stderr
+            )
             return 2
         return real_job(args)
     exit_on_sigterm()  # a stopped quickstart stops its Ray head and servers instead of leaving them running

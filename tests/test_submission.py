@@ -322,7 +322,7 @@ def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, 
     servers = ["search.urls=http://127.0.0.1:9", "reward_server.urls=http://127.0.0.1:9"]
     assert submit.preflight_main(["stage1", *servers]) == 1
     shown = capsys.readouterr().out
-    assert "[FAIL] ray CLI" in shown and "pip install -e '.[train]'" in shown
+    assert "[FAIL] ray CLI" in shown and "bash launch/install_gpu.sh" in shown
 
 
 def test_config_inline_wins_over_a_missing_file(monkeypatch):

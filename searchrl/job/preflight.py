@@ -274,7 +274,7 @@ def check_package(runtime_env: dict[str, Any], agent_file: str) -> tuple[list[Ch
     try:
         import ray  # noqa: F401
     except ImportError:
-        fix = "pip install -e '.[train]' (or '.[dev]' for the CPU rehearsal)"
+        fix = "bash launch/install_gpu.sh (or pip install -e '.[dev]' for the CPU rehearsal)"
         return [Check("Ray package", False, "Ray is not installed here", fix)], None
     with tempfile.TemporaryDirectory() as tmp:
         report = build_package(runtime_env, Path(tmp) / "package.zip")
@@ -318,7 +318,7 @@ def check_ray_cli() -> Check:
         "ray CLI",
         found is not None,
         found or "not on PATH",
-        "install the `train` extra on the submitting machine: pip install -e '.[train]'",
+        "install the `train` extra on the submitting machine: bash launch/install_gpu.sh",
     )
 
 

@@ -27,7 +27,7 @@ from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig
 from searchrl.stage.schedules import add_schedule_flags, gpus_needed, schedule_overrides
 
 RAY_MISSING = (
-    "`ray` is not installed here: pip install -e '.[train]' on the submitting machine (Ray 2.55 and OpenRLHF)"
+    "`ray` is not installed here: bash launch/install_gpu.sh on the submitting machine (Ray 2.55 and OpenRLHF)"
 )
 DESCRIPTIONS = {
     "submit": "run every check of a submission, then `ray job submit` the stage",
