@@ -38,7 +38,7 @@ from searchrl.hub import load_causal_lm
 from searchrl.hub import load_tokenizer as hub_tokenizer
 from searchrl.jsonl import read_jsonl
 from searchrl.metrics import all_metrics, as_golds
-from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, TagProtocol, get_protocol
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, TagProtocol, bind_template, get_protocol
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
 from searchrl.search.base import SearchBackend
@@ -60,6 +60,8 @@ EVAL_EPISODES: dict[str, dict[str, Any]] = {
         "max_queries_per_block": 3,
         "query_separator": ",",
     },
+    # The native tool call has no paper of its own: R1-Searcher's evaluation settings, one query a call.
+    "tool-call": {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512},
 }
 EVAL_EPISODE = EVAL_EPISODES[DEFAULT_PROTOCOL]
 # Command-line flag -> episode key; the episode keys an evaluation honours.
@@ -556,7 +558,10 @@ def run_all(
         allow_search_errors=args.allow_search_errors,
         question_field=args.question_field,
         answer_field=args.answer_field,
-        protocol=get_protocol(protocol_name),
+        # The tool-call protocol's tool turn is the policy's chat template's own.
+        protocol=bind_template(get_protocol(protocol_name), tokenizer, model.chat_template_kwargs)
+        if tokenizer is not None
+        else get_protocol(protocol_name),
     )
     loaded = {spec: load_questions(spec, run.question_field, run.answer_field) for spec in specs}
     questions = {spec: select(spec, run.settings, rows) for spec, rows in loaded.items()}

@@ -105,9 +105,37 @@ class Group:
     router: bool = False
     inherited: Mapping[str, str] = field(default_factory=dict)
     extra_rows: tuple[Row, ...] = ()
+    # The protocol the group's policy speaks: its rows are the same trajectories written in its format.
+    protocol: str = "r1-searcher"
 
     def rows(self) -> tuple[Row, ...]:
+        if self.protocol == "tool-call":
+            spoken = tuple(
+                Row(r.name, tuple(tool_call_segment(s) for s in r.segments), r.correct, r.label) for r in ROWS
+            )
+            return spoken + self.extra_rows
         return ROWS + self.extra_rows
+
+
+TYPED_QUERY = re.compile(r"<\|begin_of_query\|>(.*?)<\|end_of_query\|>", re.S)
+
+
+def tool_call_segment(segment: str) -> str:
+    """A row's segment as a tool-calling chat model writes it: its reasoning in a think block of its own, a query as
+    a call of the search function (after the think block), typed documents as a typed tool response, an unclosed
+    query as an unclosed call; the answer where the row put it."""
+    import json
+
+    def as_call(found: re.Match) -> str:
+        body = json.dumps({"name": "search", "arguments": {"query": found.group(1).strip()}})
+        return f"</think>\n\n<tool_call>\n{body}\n</tool_call>"
+
+    text = segment.replace(
+        FORGED_DOCS, "\n<tool_response>\nCharles Darwin wrote On the Origin of Species.\n</tool_response>\n"
+    )
+    text = TYPED_QUERY.sub(as_call, text)
+    text = text.replace("<|begin_of_query|> check", '<tool_call>\n{"name": "search", "arguments": {"query": "check"')
+    return "<think>\n" + text
 
 
 ROUTED_PREFIX = "small: "
@@ -120,6 +148,28 @@ GROUPS: tuple[Group, ...] = (
         "+ efficiency 0.5",
         overrides=("reward.efficiency_weight=0.5", "reward.efficiency_group_size=3"),
         companions=(CLEAN_RIGHT, TWO_SEARCHES),
+    ),
+    # Stage 2 in the native tool-call protocol, on Qwen3's chat config (its prompt rendered by a Qwen3-shaped
+    # stand-in tokenizer, its tool turns by that tokenizer's template).
+    Group(
+        "stage 2, tool-call",
+        overrides=("protocol=tool-call", "reward.protocol=tool-call", "model=configs/models/qwen3-8b.yaml"),
+        protocol="tool-call",
+        extra_rows=tuple(
+            Row(
+                name,
+                (
+                    "<think>\nLook.\n</think>\n\n<tool_call>\n" + body + "\n</tool_call>",
+                    tool_call_segment(answer(GOLD)),
+                ),
+                True,
+            )
+            for name, body in (
+                ("a call that is not JSON", '{"name": "search", "arguments": {"query": "Origin of Species"'),
+                ("a call of another function", '{"name": "lookup", "arguments": {"query": "Origin of Species"}}'),
+                ("a call without its query", '{"name": "search", "arguments": {}}'),
+            )
+        ),  # fmt: skip
     ),
     Group(
         "r1searcher-qwen-stage2",
@@ -181,13 +231,16 @@ def _stage(group: Group, search_url: str, reward_url: str, llm_url: str | None) 
 async def _episodes(stage: Any, model_cfg: Any, tokenizer: Any, runs: list[list[Row]]) -> list[list[float]]:
     """Each inner list runs concurrently in one engine process (a Runtime); the lists run one after the other,
     each with a fresh Runtime, so no group-level state leaks from one row's run into the next."""
+    from searchrl.protocols import get_protocol
     from searchrl.rollout.agent import Runtime, load_agent_executor
     from searchrl.rollout.engines import ReplayEngine, SamplingParams
     from searchrl.stage.config import stage_package
-    from searchrl.stage.templates import render_prompt
+    from searchrl.stage.templates import effective_model, render_prompt
 
     executor = load_agent_executor(ROOT / f"{stage_package(stage.stage)}/agent_func.py")
-    prompt = render_prompt(model_cfg, QUESTION)
+    protocol = get_protocol(stage.protocol)
+    model_cfg = effective_model(model_cfg, stage)
+    prompt = render_prompt(model_cfg, QUESTION, tokenizer if model_cfg.kind == "chat" else None, protocol.PROMPT_END)
     out = []
     for rows in runs:
         runtime = Runtime.from_stage(stage)
@@ -202,7 +255,7 @@ async def _episodes(stage: Any, model_cfg: Any, tokenizer: Any, runs: list[list[
                         SamplingParams(temperature=0.0, max_tokens=None),
                         8192,
                         tokenizer,
-                        ReplayEngine(tokenizer, {prompt: "".join(row.segments)}),
+                        ReplayEngine(tokenizer, {prompt: "".join(row.segments)}, protocol),
                     )
                     for row in batch
                 ]
@@ -227,6 +280,12 @@ def run_group(
     group: Group, search_url: str, reward_url: str, llm_url: str | None, tokenizer: Any
 ) -> dict[str, Outcome]:
     stage, model_cfg = _stage(group, search_url, reward_url, llm_url)
+    if group.protocol == "tool-call":
+        # A chat model's native calls need its template: a tokenizer of Qwen3's shape stands in.
+        from eval.qwen3_stand_in import qwen3_style_tokenizer
+
+        corpus = (ROOT / "examples/mini_corpus.jsonl").read_text().splitlines()
+        tokenizer = qwen3_style_tokenizer([s for r in group.rows() for s in r.segments] + [QUESTION, *corpus])
     by_name = {r.name: (_routed(r) if group.router else r) for r in group.rows()}
     if group.companions or group.prime:
         extra = [by_name[n] for n in (*group.prime, *group.companions)]

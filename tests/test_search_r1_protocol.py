@@ -157,7 +157,7 @@ def test_the_last_turn_is_generated_without_search(episode):
 
 
 def test_every_protocol_offers_the_interface_and_r1_searchers_blocks_are_unchanged():
-    assert set(PROTOCOLS) == set(PROTOCOL_NAMES) == {"r1-searcher", "search-r1", "rag-r1", "router-r1"}
+    assert set(PROTOCOLS) == set(PROTOCOL_NAMES) == {"r1-searcher", "search-r1", "rag-r1", "router-r1", "tool-call"}
     members = [m for m in TagProtocol.__dict__ if not m.startswith("_")] + list(TagProtocol.__annotations__)
     for name, protocol in PROTOCOLS.items():
         assert protocol.NAME == name and get_protocol(name) is protocol
@@ -170,7 +170,7 @@ def test_every_protocol_offers_the_interface_and_r1_searchers_blocks_are_unchang
     assert search_r1.render_documents([passage]) == (
         "\n\n<information>Doc 1(Title: Paris) Paris is the capital of France.</information>\n\n"
     )
-    with pytest.raises(ValueError, match="not one of r1-searcher, search-r1, rag-r1, router-r1"):
+    with pytest.raises(ValueError, match="not one of r1-searcher, search-r1, rag-r1, router-r1, tool-call"):
         get_protocol("search_r1")
 
 
@@ -205,7 +205,7 @@ def test_one_protocol_per_run_in_the_config():
     with pytest.raises(ConfigError, match="max_queries_per_block: protocol search-r1 takes one query a search"):
         load_stage(STAGE, ["episode.max_queries_per_block=3"])
     with pytest.raises(
-        ConfigError, match="protocol: Input should be 'r1-searcher', 'search-r1', 'rag-r1' or 'router-r1'"
+        ConfigError, match="protocol: Input should be 'r1-searcher', 'search-r1', 'rag-r1', 'router-r1' or 'tool-call'"
     ):
         load_stage(STAGE, ["protocol=searchr1"])
     stage, _ = load_stage(STAGE)

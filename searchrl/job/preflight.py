@@ -21,7 +21,7 @@ import httpx
 
 from searchrl.paths import RUNS
 from searchrl.reward.spec import protocols_of
-from searchrl.stage.config import CONFIG_JSON_ENV, StageConfig, stage_package
+from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig, stage_package
 from searchrl.stage.templates import template_fingerprint
 
 # Ray refuses a working_dir package of this size or more (its gRPC message limit, 512 MiB).
@@ -216,7 +216,7 @@ def check_data(stage: StageConfig, flags: dict[str, Any], model: Any, stage_name
     if stage.prompt is not None or stage.protocol != "r1-searcher":
         # The stage's own prompt (RAG-R1's rules, Router-R1's pool) or its protocol's instruction (Search-R1's) is
         # rendered only through its config.
-        prepare += f" --config configs/stages/{stage_name}.yaml"
+        prepare += f" --config configs/stages/{STAGES.get(stage_name, stage_name)}.yaml"
     if not data:
         return [Check("prompt data", False, "openrlhf.data.prompt_dataset is not set", prepare)]
     path = Path(str(data))

@@ -1,9 +1,9 @@
 """The tag protocols a run can speak, one module each: its tags, its instruction prompt, where generation stops,
 how a segment is read, how the environment renders documents, and what its rewards read.
 
-A stage names its protocol (`protocol: r1-searcher | search-r1 | rag-r1 | router-r1`); the agent, the environment,
-the replay engine, the evaluation and the prompt data take it from there, and nothing outside these modules spells a
-tag.
+A stage names its protocol (`protocol: r1-searcher | search-r1 | rag-r1 | router-r1 | tool-call`); the agent, the
+environment, the replay engine, the evaluation and the prompt data take it from there, and nothing outside these
+modules spells a tag.
 R1-Searcher's is the default. A module is its own implementation (mypy checks a module against a Protocol class),
 so a new protocol is one module and one entry in `PROTOCOLS`.
 """
@@ -11,12 +11,12 @@ so a new protocol is one module and one entry in `PROTOCOLS`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol, get_args
+from typing import Any, Literal, Protocol, get_args
 
-from searchrl.protocols import r1_searcher, rag_r1, router_r1, search_r1
+from searchrl.protocols import r1_searcher, rag_r1, router_r1, search_r1, tool_call
 from searchrl.search.base import Passage
 
-ProtocolName = Literal["r1-searcher", "search-r1", "rag-r1", "router-r1"]
+ProtocolName = Literal["r1-searcher", "search-r1", "rag-r1", "router-r1", "tool-call"]
 PROTOCOL_NAMES: tuple[str, ...] = get_args(ProtocolName)
 DEFAULT_PROTOCOL: ProtocolName = "r1-searcher"
 
@@ -27,6 +27,8 @@ class TagProtocol(Protocol):
     PROMPT: str | None
     # What a rendered prompt must end with (R1-Searcher's prompts open the policy's `<think>`); None: not checked.
     PROMPT_END: str | None
+    # The functions the chat template lists (`tools`), for a protocol that searches by a native tool call.
+    TOOLS: list[dict[str, Any]] | None
     # The environment's answer to a segment that neither searches nor answers; None: such a segment ends the episode.
     INVALID_ACTION: str | None
     # What closes a search action and what encloses a documents block: a recorded trajectory is split on them.
@@ -60,6 +62,9 @@ PROTOCOLS: dict[str, TagProtocol] = {
     "search-r1": search_r1,
     "rag-r1": rag_r1,
     "router-r1": router_r1,
+    # The one protocol whose environment answer is the chat template's own turn: `bind_template` gives it the
+    # policy's; this instance holds the ChatML turn Qwen's templates render.
+    "tool-call": tool_call.DEFAULT,
 }
 if set(PROTOCOLS) != set(PROTOCOL_NAMES):
     raise ImportError(f"PROTOCOLS {sorted(PROTOCOLS)} and ProtocolName {sorted(PROTOCOL_NAMES)} must name the same")
@@ -70,3 +75,11 @@ def get_protocol(name: str) -> TagProtocol:
         return PROTOCOLS[name]
     except KeyError:
         raise ValueError(f"protocol {name!r}: not one of {', '.join(PROTOCOLS)}") from None
+
+
+def bind_template(protocol: TagProtocol, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> TagProtocol:
+    """The protocol as the policy's chat template renders the environment's turns (the tool-call protocol's tool
+    turn); every other protocol writes its own text and is returned as it is."""
+    if isinstance(protocol, tool_call.ToolCallProtocol):
+        return protocol.with_template(tokenizer, template_kwargs)
+    return protocol

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
 from searchrl.search.base import Passage, r1_text
 
@@ -29,6 +30,8 @@ NAME = "r1-searcher"
 PROMPT: str | None = None
 # Every prompt opens the policy's reasoning; the model configs' templates end with it.
 PROMPT_END = THINK_OPEN
+# No native tool call: the search is written in the protocol's own tags.
+TOOLS: list[dict] | None = None
 # A query block may hold several queries (RAG-R1's mode, on this protocol's tags) where the stage allows them.
 MULTI_QUERY = True
 # A segment that is not a search ends the episode: its reward reads what was written.
@@ -89,6 +92,8 @@ class ParsedSolution:
     answer_closes: int
     answer: str | None
 
+    # No native tool calls in this protocol: none can be malformed.
+    call_problems: ClassVar[tuple[str, ...]] = ()
     # Tags whose presence inside the answer means the model stuffed the protocol into it.
     ANSWER_FORBIDDEN = ("begin_of_query", "end_of_query", "begin_of_documents", "end_of_documents", THINK_OPEN,
                         THINK_CLOSE)  # fmt: skip

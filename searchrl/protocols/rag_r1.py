@@ -33,6 +33,8 @@ NAME = "rag-r1"
 # The stage's own prompt (configs/stages/rag_r1.yaml) states the rules, its limit and separator included.
 PROMPT: str | None = None
 PROMPT_END: str | None = None
+# No native tool call: the search is written in the protocol's own tags.
+TOOLS: list[dict] | None = None
 # A search block may hold several queries: the environment splits it on episode.query_separator.
 MULTI_QUERY = True
 

@@ -33,6 +33,8 @@ NAME = "router-r1"
 # The stage's own prompt (configs/stages/router_r1.yaml) lists the pool; the policy opens its own `<think>`.
 PROMPT: str | None = None
 PROMPT_END: str | None = None
+# No native tool call: the search is written in the protocol's own tags.
+TOOLS: list[dict] | None = None
 # An invalid action gets nothing appended (generation.py's next_obs ''): not None, since the episode goes on.
 INVALID_ACTION: str | None = ""
 MULTI_QUERY = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from searchrl.protocols import r1_searcher
 from searchrl.protocols.segments import policy_segments
@@ -43,6 +44,8 @@ PROMPT = (
 )
 # The prompt ends with the question; the policy opens its own `<think>`.
 PROMPT_END: str | None = None
+# No native tool call: the search is written in the protocol's own tags.
+TOOLS: list[dict] | None = None
 # One query a search block: the whole block is the query.
 MULTI_QUERY = False
 # generation.py's answer to a turn that neither searches nor answers: the episode goes on, the turn counted.
@@ -218,6 +221,7 @@ class ParsedSolution:
     answer_closes: int
     answer: str | None
     ANSWER_FORBIDDEN = _ANSWER_FORBIDDEN
+    call_problems: ClassVar[tuple[str, ...]] = ()  # no native tool calls in this protocol
 
     @property
     def outside_documents(self) -> str:

@@ -71,6 +71,7 @@ def _prepare(
     router: RouterConfig | None = None,
     package: str = "",
     protocol: str = "r1-searcher",
+    overrides: tuple[str, ...] = (),
 ) -> tuple[Path, Path]:
     """The stage's prompt data, made by its own data preparation from the recorded questions, and
     the recordings keyed by the prompt the policy sees (for a routing stage, queries naming pool models; for a
@@ -87,7 +88,8 @@ def _prepare(
     module = f"{package or stage_package(stage)}.prepare_data"
     cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
     cmd += ["--model", model_config, "--config", str(CONFIGS / "stages" / f"{stage}.yaml")]
-    cmd += ["--keep-leaked", "--keep-duplicates"]
+    # The command line's stage keys too (protocol=, reward.protocol=, episode.*): the prompts are the stage's as run.
+    cmd += ["--keep-leaked", "--keep-duplicates", *(o for o in overrides if not o.startswith("openrlhf."))]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
@@ -107,7 +109,7 @@ def _prepare(
     return data, rec
 
 
-def stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
+def stand_in_chat_model(model_file: str, stage_dir: Path, protocol: str = "r1-searcher") -> str | None:
     """For a chat policy whose tokenizer cannot be fetched here, a copy of its model config rendering the
     chat prompts with a tiny ChatML tokenizer (the job's engine replays recordings anyway); None when the
     policy is not a chat model or its tokenizer loads."""
@@ -126,8 +128,9 @@ def stand_in_chat_model(model_file: str, stage_dir: Path) -> str | None:
         pass
     stage_dir.mkdir(parents=True, exist_ok=True)
     texts = [line for line in RECORDINGS.read_text(encoding="utf-8").splitlines()]
-    # A config that switches thinking needs a template that reads the switch: Qwen3's shape, not Qwen2.5's ChatML.
-    thinking = "enable_thinking" in model.chat_template_kwargs
+    # A config that switches thinking, or a protocol that calls tools, needs a template that reads the switch and
+    # renders tools: Qwen3's shape, not Qwen2.5's plain ChatML.
+    thinking = "enable_thinking" in model.chat_template_kwargs or get_protocol(protocol).TOOLS is not None
     save = save_qwen3_style_tokenizer if thinking else save_chat_tokenizer
     tokenizer = save(stage_dir / "chat_tokenizer", texts)
     data = {**model.model_dump(), "tokenizer_path": str(tokenizer)}
@@ -157,11 +160,13 @@ def episode_overrides(
     data, its scale, its folders), the stage's router config (None unless it routes) and the recordings file."""
     base = plan_stage(stage_name, model, ["init_from=null", *overrides])
     model_config = str(base["stage"].model)
-    if (stand_in := stand_in_chat_model(model_config, stage_dir)) is not None:
+    if (stand_in := stand_in_chat_model(model_config, stage_dir, base["stage"].protocol)) is not None:
         model = model_config = stand_in
     router = base["stage"].search.router if base["stage"].search.backend == "router" else None
     package = stage_package(base["stage"].stage)
-    data, recordings = _prepare(stage_dir, stage, model_config, prompts, router, package, base["stage"].protocol)
+    data, recordings = _prepare(
+        stage_dir, stage, model_config, prompts, router, package, base["stage"].protocol, tuple(overrides)
+    )
     scale = {
         **CPU_SCALE,
         "rollout.n_samples_per_prompt": n,

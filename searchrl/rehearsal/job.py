@@ -29,11 +29,14 @@ from unittest import mock
 import ray
 import torch
 
+from searchrl.config import load
 from searchrl.protocols import TagProtocol, get_protocol, r1_searcher
 from searchrl.rehearsal.openrlhf_source import experience_maker_class
 from searchrl.rollout.agent import config_source, stage_from_env
 from searchrl.rollout.engines import CompletionOutput, RequestOutput, SamplingParams, recorded_actions
+from searchrl.stage.config import ModelConfig
 from searchrl.stage.openrlhf_flags import validated_args
+from searchrl.stage.templates import load_tokenizer
 from searchrl.tiny_policy.model import build_tokenizer
 
 MARKER = "SEARCHRL_REHEARSAL "
@@ -256,6 +259,11 @@ def run(args: argparse.Namespace, train_args: list[str]) -> dict[str, Any]:
     tokenizer = build_tokenizer(
         [*recordings, *recordings.values()], vocab_size=args.vocab_size, protocol_tokens=False, qwen_split=True
     )
+    model = load(ModelConfig, stage_from_env().model)
+    if model.kind == "chat":
+        # The policy's chat template, as its own tokenizer carries it in a real job: the environment renders the
+        # tool-call protocol's tool turns with it.
+        tokenizer.chat_template = load_tokenizer(model).chat_template
     strategy = CpuStrategy(flags)
     data = blending_datasets(flags.data.prompt_dataset, flags.data.prompt_probs, strategy, flags.train.seed)
     dataset = PromptDataset(data, tokenizer, strategy, input_template=flags.data.input_template)

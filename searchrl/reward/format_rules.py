@@ -8,7 +8,7 @@ and every rule's verdict is logged on its own, so a collapse can be traced to th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -18,7 +18,8 @@ _CJK = re.compile("[\u4e00-\u9fff]")
 
 class ParsedSolution(Protocol):
     """What the rules read of a solution, as each protocol the project's own reward reads parses it
-    (searchrl.protocols.r1_searcher.parse_solution, searchrl.protocols.search_r1.parse_solution)."""
+    (searchrl.protocols.r1_searcher.parse_solution, searchrl.protocols.search_r1.parse_solution,
+    searchrl.protocols.tool_call.parse_solution)."""
 
     text: str
     answer_opens: int
@@ -39,6 +40,9 @@ class ParsedSolution(Protocol):
     def num_document_blocks(self) -> int: ...
     @property
     def num_searches(self) -> int: ...
+    # The tool-call protocol's calls that are no search (not JSON, another function, no query); empty elsewhere.
+    @property
+    def call_problems(self) -> Sequence[str]: ...
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,12 @@ def forged_documents(p: ParsedSolution, ctx: FormatContext) -> bool:
     return ctx.num_searches is not None and p.num_document_blocks > ctx.num_searches
 
 
+def tool_call(p: ParsedSolution, ctx: FormatContext) -> bool:
+    # A malformed call searches nothing and ends the episode; without a rule of its own it would pass as a
+    # solution that merely did not search.
+    return bool(p.call_problems)
+
+
 RULES: dict[str, Callable[[ParsedSolution, FormatContext], bool]] = {
     "tag_counts": tag_counts,
     "think": think,
@@ -107,6 +117,7 @@ RULES: dict[str, Callable[[ParsedSolution, FormatContext], bool]] = {
     "role_leakage": role_leakage,
     "cjk": cjk,
     "forged_documents": forged_documents,
+    "tool_call": tool_call,
 }
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchrl.metrics import all_metrics
-from searchrl.protocols import r1_searcher
+from searchrl.protocols import r1_searcher, tool_call
 from searchrl.protocols import search_r1 as search_r1_protocol
 from searchrl.reward import search_r1
 from searchrl.reward.components import answer_score, format_valid, format_violated, search_well_formed
@@ -19,6 +19,7 @@ from searchrl.reward.spec import RewardSpec
 SOLUTION_PARSERS: dict[str, Callable[[str], ParsedSolution]] = {
     "r1-searcher": r1_searcher.parse_solution,
     "search-r1": search_r1_protocol.parse_solution,
+    "tool-call": tool_call.parse_solution,
 }
 
 

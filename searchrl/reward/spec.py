@@ -260,9 +260,10 @@ SEARCH_R1_FORMULAS = ("search_r1_em", "search_r1_em_format")
 
 # The tag protocols each formula can read, its own first: Search-R1's formulas read its tags, which RAG-R1's protocol
 # shares (its reward is Search-R1's EM); Router-R1's reads R1-Searcher's spelling or the original's; the project's
-# own reads R1-Searcher's or Search-R1's (its two stages in either protocol, the same rules on each one's parse).
+# own reads R1-Searcher's, Search-R1's or the native tool calls (its two stages in any of them, the same rules on
+# each one's parse).
 FORMULA_PROTOCOLS: dict[str, tuple[str, ...]] = {
-    "searchrl": ("r1-searcher", "search-r1"),
+    "searchrl": ("r1-searcher", "search-r1", "tool-call"),
     "router_r1": ("r1-searcher", "router-r1"),
     "search_r1_em": ("search-r1", "rag-r1"),
     "search_r1_em_format": ("search-r1", "rag-r1"),

@@ -20,13 +20,13 @@ from typing import Any, ClassVar
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from searchrl.config import ConfigError
-from searchrl.protocols import TagProtocol, get_protocol, r1_searcher
+from searchrl.config import ConfigError, load
+from searchrl.protocols import TagProtocol, bind_template, get_protocol, r1_searcher
 from searchrl.reward.group import EpisodeTerms
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient
 from searchrl.rollout.search_step import open_search_step
-from searchrl.stage.config import CONFIG_ENV, CONFIG_JSON_ENV, StageConfig
+from searchrl.stage.config import CONFIG_ENV, CONFIG_JSON_ENV, ModelConfig, StageConfig
 
 
 def config_source() -> str:
@@ -116,6 +116,14 @@ class Runtime:
     def install(cls, runtime: Runtime | None) -> None:
         """Make `runtime` the process's runtime (tests and the quickstart build their own)."""
         cls._current = runtime
+
+
+def template_kwargs(stage: StageConfig) -> dict[str, Any]:
+    """The chat-template switches of the stage's policy (its model config's), for a protocol whose environment turns
+    the template renders (tool-call); {} for the others, which need no model config in the engine process."""
+    if get_protocol(stage.protocol).TOOLS is None:
+        return {}
+    return dict(load(ModelConfig, stage.model).chat_template_kwargs)
 
 
 class SegmentEngine:
@@ -227,6 +235,9 @@ class SearchAgentExecutor(MultiTurnAgentExecutor):
             raise ConfigError(f"{self.stage}/agent_func.py was given a config for {runtime.stage.stage}")
         if runtime.environment.tokenizer is None:
             runtime.environment.tokenizer = hf_tokenizer
+            runtime.environment.protocol = bind_template(
+                runtime.environment.protocol, hf_tokenizer, template_kwargs(runtime.stage)
+            )
         state = EpisodeState()
         token = _EPISODE.set(state)
         try:

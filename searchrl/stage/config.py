@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS
@@ -67,9 +67,10 @@ class ModelConfig(Strict):
     system: str | None = Field(None, description="chat models: the system message with the search rules")
     user: str = Field("{question}", description="chat models: the user turn, with {question}; may hold the rules")
     assistant_prefix: str = Field("<think>", description="chat models: text that opens the assistant turn")
-    chat_template_kwargs: dict[str, bool | int | str] = Field(
+    chat_template_kwargs: dict[str, JsonValue] = Field(
         default_factory=dict,
-        description="chat models: keyword arguments of the tokenizer's chat template, e.g. Qwen3's enable_thinking",
+        description="chat models: keyword arguments of the tokenizer's chat template, e.g. Qwen3's enable_thinking "
+        "(a protocol that calls tools adds `tools`)",
     )
 
     @model_validator(mode="after")

@@ -43,6 +43,12 @@ def render_prompt(
         prompt = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True, **model.chat_template_kwargs
         )
+        tools = model.chat_template_kwargs.get("tools")
+        if isinstance(tools, list) and not all(f'"{t["function"]["name"]}"' in prompt for t in tools):  # type: ignore[index]
+            raise ValueError(
+                f"model {model.name!r}: the chat template of {model.tokenizer} does not list the tools; a protocol "
+                "that calls tools (tool-call) needs a chat model whose template renders `tools` (Qwen2.5, Qwen3)"
+            )
         prompt += model.assistant_prefix
     if prompt_end is not None and not prompt.rstrip().endswith(prompt_end):
         raise ValueError(f"model {model.name!r}: the rendered prompt must end with {prompt_end}")
@@ -93,9 +99,20 @@ def protocol_model(model: ModelConfig, protocol: str) -> ModelConfig:
     """The model config under a protocol's own instruction (Search-R1's), sent as its trainer sends it: plain text to
     a base model, the user turn to a chat one, after the tokenizer's default system message, with nothing after the
     marker; the model config unchanged for a protocol without one (R1-Searcher's prompts are the model configs')."""
-    instruction = get_protocol(protocol).PROMPT
+    speaks = get_protocol(protocol)
+    instruction = speaks.PROMPT
     if instruction is None:
         return model
+    if speaks.TOOLS is not None:
+        # A native tool call: the functions go to the chat template, which lists them in its system turn.
+        if model.kind == "base":
+            raise ValueError(
+                f"protocol {protocol}: the model {model.name!r} is a base model; a native tool call needs a chat "
+                "model whose template lists tools (e.g. configs/models/qwen3-8b.yaml)"
+            )
+        kwargs = {**model.chat_template_kwargs, "tools": speaks.TOOLS}
+        update = {"system": None, "user": instruction, "assistant_prefix": "", "chat_template_kwargs": kwargs}
+        return model.model_copy(update=update)
     if model.kind == "base":
         return model.model_copy(update={"template": instruction})
     return model.model_copy(update={"system": None, "user": instruction, "assistant_prefix": ""})
