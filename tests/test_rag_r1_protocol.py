@@ -91,5 +91,7 @@ def test_the_stage_keeps_one_protocol_and_several_queries():
         load_stage(STAGE, ["protocol=search-r1"])
     with pytest.raises(ConfigError, match="protocol: rag-r1, and reward.formula searchrl reads r1-searcher"):
         load_stage(STAGE, ["reward.formula=searchrl", "reward.protocol=null"])
-    with pytest.raises(ConfigError, match="formula searchrl reads r1-searcher or search-r1's tags, not rag-r1's"):
+    with pytest.raises(
+        ConfigError, match="formula searchrl reads r1-searcher, search-r1 or tool-call's tags, not rag-r1's"
+    ):
         load_stage(STAGE, ["reward.formula=searchrl"])

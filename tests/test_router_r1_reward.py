@@ -71,7 +71,9 @@ def test_the_original_tags_score_as_r1_searchers_spelling():
     # R1-Searcher's spelling is no search there (the original reads no text between its blocks, so it passes).
     assert score_solution("<think>" + CLEAN, GOLDS, spec, {"num_searches": 1}).logs["num_searches"] == 0.0
     assert violation(in_router_r1s_tags(CLEAN), protocol="router-r1") is None
-    with pytest.raises(ValueError, match="formula searchrl reads r1-searcher or search-r1's tags, not router-r1's"):
+    with pytest.raises(
+        ValueError, match="formula searchrl reads r1-searcher, search-r1 or tool-call's tags, not router-r1's"
+    ):
         RewardSpec(formula="searchrl", protocol="router-r1")
 
 

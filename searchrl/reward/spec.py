@@ -167,10 +167,9 @@ class RewardSpec(BaseModel):
     @model_validator(mode="after")
     def _protocol_read(self) -> RewardSpec:
         if self.protocol is not None and self.protocol not in protocols_of(self.formula):
-            raise ValueError(
-                f"protocol: formula {self.formula} reads {' or '.join(protocols_of(self.formula))}'s tags, "
-                f"not {self.protocol}'s"
-            )
+            *others, last = protocols_of(self.formula)
+            reads = f"{', '.join(others)} or {last}" if others else last
+            raise ValueError(f"protocol: formula {self.formula} reads {reads}'s tags, not {self.protocol}'s")
         return self
 
     @model_serializer(mode="wrap")
