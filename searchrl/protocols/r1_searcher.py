@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
 
+from searchrl.protocols.segments import policy_segments
 from searchrl.search.base import Passage, r1_text
 
 THINK_OPEN = "<think>"
@@ -353,3 +354,16 @@ def _end_of_non_space(text: str, n: int) -> int:
             return run.start() + n
         n -= run.end() - run.start()
     raise AssertionError("unreachable: the block holds the n-th non-space character")
+
+
+def recorded_turns(trajectory: str) -> list[tuple[str, str | None, str | None]]:
+    """A recorded trajectory's segments as (reasoning, query, answer): the reasoning's text with the think tags
+    dropped and white space collapsed, what the other protocols' translations of a recording write again."""
+    turns = []
+    for segment in policy_segments(trajectory, SEARCH_CLOSE, DOCUMENTS_OPEN, DOCUMENTS_CLOSE):
+        query, answer = last_query(segment), extract_answer(segment)
+        reasoning = segment.split(BEGIN_QUERY if query else ANSWER_OPEN)[0]
+        for tag in (THINK_OPEN, THINK_CLOSE):
+            reasoning = reasoning.replace(tag, " ")
+        turns.append((" ".join(reasoning.split()), query, answer))
+    return turns

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from searchrl.protocols import r1_searcher
-from searchrl.protocols.segments import policy_segments
 from searchrl.search.base import Passage
 
 THINK, SEARCH, INFORMATION, ANSWER = "think", "search", "information", "answer"
@@ -256,14 +255,9 @@ def from_r1_searcher(trajectory: str) -> str:
     """An R1-Searcher trajectory (the text after its prompt's `<think>`) as a Search-R1 policy would write it: each
     segment's reasoning in `<think>`, its query in `<search>`, the final answer in `<answer>`, the documents left
     out (the environment appends its own). The rehearsal replays released R1-Searcher trajectories this way."""
-    r1 = r1_searcher
     out = []
-    for segment in policy_segments(trajectory, r1.SEARCH_CLOSE, r1.DOCUMENTS_OPEN, r1.DOCUMENTS_CLOSE):
-        query, answer = r1.last_query(segment), r1.extract_answer(segment)
-        reasoning = segment.split(r1.BEGIN_QUERY if query else r1.ANSWER_OPEN)[0]
-        for tag in (r1.THINK_OPEN, r1.THINK_CLOSE):
-            reasoning = reasoning.replace(tag, " ")
-        thought = f"<{THINK}>{' '.join(reasoning.split())}</{THINK}>"
+    for reasoning, query, answer in r1_searcher.recorded_turns(trajectory):
+        thought = f"<{THINK}>{reasoning}</{THINK}>"
         if query:
             out.append(f"{thought}\n<{SEARCH}> {query} </{SEARCH}>")
         elif answer is not None:

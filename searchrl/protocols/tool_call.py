@@ -21,7 +21,6 @@ from functools import cached_property
 from typing import Any
 
 from searchrl.protocols import r1_searcher as r1
-from searchrl.protocols.segments import policy_segments
 from searchrl.search.base import Passage
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -264,12 +263,8 @@ class ToolCallProtocol:
         its query as a call, the final answer in `<answer>`; the documents left out (the environment appends its
         own tool turns)."""
         out = []
-        for segment in policy_segments(trajectory, r1.SEARCH_CLOSE, r1.DOCUMENTS_OPEN, r1.DOCUMENTS_CLOSE):
-            query, answer = r1.last_query(segment), r1.extract_answer(segment)
-            reasoning = segment.split(r1.BEGIN_QUERY if query else r1.ANSWER_OPEN)[0]
-            for tag in (r1.THINK_OPEN, r1.THINK_CLOSE):
-                reasoning = reasoning.replace(tag, " ")
-            thought = f"{THINK_OPEN}\n{' '.join(reasoning.split())}\n{THINK_CLOSE}\n\n"
+        for reasoning, query, answer in r1.recorded_turns(trajectory):
+            thought = f"{THINK_OPEN}\n{reasoning}\n{THINK_CLOSE}\n\n"
             if query:
                 call = json.dumps({"name": TOOL_NAME, "arguments": {QUERY_ARGUMENT: query}})
                 out.append(f"{thought}{CALL_OPEN}\n{call}\n{CALL_CLOSE}")
