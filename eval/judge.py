@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from eval.verdicts import JudgeKeys, fill_verdicts
 from searchrl.http_transport import HttpRefusedError, RequestEncodingError, RetryableError, RetryPolicy
 from searchrl.jsonl import RecordError
 from searchrl.openai_client import ChatAnswer, OpenAIClient, endpoint_url, key_from_env
+from searchrl.shared_sqlite import connect_shared
 
 INSTRUCTION = (
     "You are grading an answer to a question. Decide whether the predicted answer fully matches the meaning "
@@ -44,11 +44,12 @@ DEFAULT_CACHE = Path("runs/judge_cache.sqlite")
 
 class VerdictCache:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         # Several evaluations may share the cache at once: WAL lets them read while one writes.
-        self._db = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict INTEGER, raw TEXT)")
+        self._db = connect_shared(
+            path,
+            "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict INTEGER, raw TEXT)",
+            isolation_level="DEFERRED",
+        )
         self._lock = threading.Lock()
 
     def get(self, key: str) -> bool | None:

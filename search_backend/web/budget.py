@@ -20,6 +20,7 @@ from typing import Any, Literal
 from search_backend.web.errors import WebBudgetExhaustedError
 from searchrl.search.base import Passage
 from searchrl.search.web_settings import WebSearchConfig
+from searchrl.shared_sqlite import connect_shared
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +109,13 @@ class WebBudget:
         self.path = Path(path) if path is not None else None
         self._warned: set[str] = set()
         self._lock = threading.Lock()
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        target = str(self.path) if self.path is not None else ":memory:"
         self._final: dict[str, Any] | None = None
-        self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None, timeout=30)
-        with self._lock:
-            if self.path is not None:
-                self._db.execute("PRAGMA journal_mode=WAL")
+        if self.path is not None:
+            self._db = connect_shared(self.path, _SCHEMA)
+        else:
+            self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
             self._db.execute(_SCHEMA)
+        with self._lock:
             self._db.execute("INSERT OR IGNORE INTO meter VALUES (1, 0, 0, 0, 0, ?)", (time.time(),))
         if self.path is None and (max_queries is not None or max_usd is not None):
             # Training opens one backend per engine process: without a shared file each counts on its own.

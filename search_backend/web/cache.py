@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.search.base import Passage
+from searchrl.shared_sqlite import connect_shared
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -42,12 +42,8 @@ class WebCache:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(_SCHEMA)
+        self._db = connect_shared(self.path, _SCHEMA)
 
     def get(self, key: str) -> CachedAnswer | None:
         with self._lock:
