@@ -236,9 +236,13 @@ def test_step_curves_and_synced_digests_read_openrlhf_logs(tmp_path):
 
 def test_stage1_alternates_real_questions_with_the_training_people_and_never_sees_heldout():
     """Stage 1 keeps seeing the fictional people's questions, or the warm start's naming of them in the query
-    wears off before stage 2 needs it; held-out people stay for evaluation only."""
+    wears off before stage 2 needs it; development and held-out people stay out of training."""
     people = {json.loads(line)["question"] for line in (EXAMPLES / "fictional/train.jsonl").open(encoding="utf-8")}
-    heldout = {json.loads(line)["question"] for line in (EXAMPLES / "fictional/heldout.jsonl").open(encoding="utf-8")}
+    heldout = {
+        json.loads(line)["question"]
+        for split in ("dev", "heldout")
+        for line in (EXAMPLES / f"fictional/{split}.jsonl").open(encoding="utf-8")
+    }
     rows = stage_questions("stage1_format", 400)
     assert [r["question"] in people for r in rows[:10]] == [False, True] * 5
     assert len({r["question"] for r in rows[1::2]}) == 200 and not {r["question"] for r in rows} & heldout

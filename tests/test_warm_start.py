@@ -1,16 +1,19 @@
-"""The tiny policy's warm start: the shipped one is built from today's inputs, it copies as the issue asks (a
-real probe of the shipped weights on held-out people), and the curriculum's episodes are what they claim."""
+"""The tiny policy's warm start: the shipped one is built from today's inputs and is the files built (else it is
+refused), it copies as the issue asks (a real probe of the shipped weights on the development people), no person
+of a split reaches its tokenizer, and the curriculum's episodes are what they claim."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
+import shutil
 
 import pytest
 
 from searchrl.protocols import search_r1
 from searchrl.protocols.r1_searcher import BEGIN_DOCS, BEGIN_QUERY, END_QUERY, extract_answer
-from searchrl.qa_data.fictional import CITIES
+from searchrl.qa_data.fictional import CITIES, SPLITS
 from searchrl.rehearsal import warm_start
 from searchrl.reward.scoring import score_solution
 from searchrl.reward.spec import RewardSpec
@@ -29,19 +32,17 @@ TEMPLATE = "Solve it with search.\n\nUser:{question}\nAssistant: <think>"
 def small_world(writing: Writing = WRITINGS["r1-searcher"]) -> World:
     real = [(Question("Who wrote Hamlet?", "Shakespeare", "wrote Hamlet"), ["Title: Hamlet Text: by Shakespeare"])]
     people = fictional_people("train")
-    taken = {q.query for q, _ in people} | {q.query for q, _ in fictional_people("heldout")}
+    taken = {q.query for split in SPLITS for q, _ in fictional_people(split)}
     template = TEMPLATE if writing.PROTOCOL == "r1-searcher" else search_r1.PROMPT
     return World(template, real, people, frozenset(taken), writing)
 
 
 @pytest.mark.parametrize("protocol", sorted(warm_start.SPEAKERS))
-def test_shipped_warm_start_is_built_from_todays_inputs(protocol):
-    record, shipped = warm_start.shipped_record(protocol), warm_start.speaker(protocol).shipped
-    build = f"python -m searchrl.rehearsal.warm_start build --protocol {protocol}"
-    assert record, f"no {shipped}/build.json: {build}"
-    assert record["inputs_hash"] == warm_start.inputs_hash(record["recipe"]["seed"], protocol), (
-        f"the warm start's inputs changed since it was built: {build} (then commit {shipped})"
-    )
+def test_shipped_warm_start_is_built_from_todays_inputs_and_is_the_files_built(protocol):
+    state, shipped = warm_start.verify(protocol), warm_start.speaker(protocol).shipped
+    fix = f"{warm_start.rebuild_command(protocol)}, then commit {shipped}"
+    assert state["problem"] is None, f"{state['problem']}: {fix}"
+    assert warm_start.ensure(protocol) == shipped
     assert (shipped / "model.safetensors").stat().st_size < 4 * 2**20
 
 
@@ -61,7 +62,7 @@ def test_search_r1s_shipped_warm_start_speaks_its_tags_and_copies_sometimes():
     model = AutoModelForCausalLM.from_pretrained(shipped)
     tokenizer = AutoTokenizer.from_pretrained(shipped)
     template = warm_start.base_template("search-r1")
-    got = probe(model, tokenizer, template, fictional_people("heldout"), samples=2, seed=7, writing=SEARCH_R1)
+    got = probe(model, tokenizer, template, fictional_people("dev"), samples=2, seed=7, writing=SEARCH_R1)
     assert got["episodes"] == 200 and got["search_rate"] > 0.5, got
     assert got["names_rate"] >= 0.6 and 0.05 <= got["doc_city"] <= 0.6, got
 
@@ -103,7 +104,7 @@ def test_search_r1_documents_are_the_environments_block(mini_index):
         assert SEARCH_R1.documents([r1_text(p) for p in hits], after=search) == search_r1.render_documents(hits)
 
 
-def test_shipped_warm_start_copies_sometimes_on_heldout_people():
+def test_shipped_warm_start_copies_sometimes_on_development_people():
     """Sampled here from the shipped weights (not read from build.json): the query names the person in most
     searches (0.87 in build.json), the answer is the documents' city sometimes, and another person's documents
     do not yield the asked person's city beyond chance."""
@@ -112,31 +113,69 @@ def test_shipped_warm_start_copies_sometimes_on_heldout_people():
     model = AutoModelForCausalLM.from_pretrained(warm_start.SHIPPED)
     tokenizer = AutoTokenizer.from_pretrained(warm_start.SHIPPED)
     template = warm_start.base_template()
-    got = probe(model, tokenizer, template, fictional_people("heldout"), samples=3, seed=7)
+    got = probe(model, tokenizer, template, fictional_people("dev"), samples=3, seed=7)
     assert got["episodes"] == 300 and got["search_rate"] > 0.5, got
     assert got["names_rate"] >= 0.6, got
     assert 0.07 <= got["doc_city"] <= 0.5, got
     assert got["swapped_gold"] <= 0.12, got
 
 
-def test_training_and_heldout_names_are_alike_to_the_tokenizer():
-    """RL trains on the training split and is judged on the held-out one: a name the tokenizer made one token
-    would teach a one-token copy that held-out names (about three tokens) never use. Cities stay whole tokens."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(warm_start.SHIPPED)
-    pieces = {
+def name_lengths(tokenizer) -> dict[str, list[int]]:
+    """How many tokens each training and held-out name is, as it stands in a query (after a space)."""
+    return {
         split: [len(tokenizer.tokenize(" " + q.query)) for q, _ in fictional_people(split)]
         for split in ("train", "heldout")
     }
-    means = {split: sum(n) / len(n) for split, n in pieces.items()}
-    assert abs(means["train"] - means["heldout"]) < 0.3 and min(means.values()) > 2.5, means
-    assert sum(n == 1 for n in pieces["train"]) <= 0.05 * len(pieces["train"]), means
+
+
+def names_problems(lengths: dict[str, list[int]]) -> list[str]:
+    """A held-out name the tokenizer made one token was seen in its training text; a gap between the splits' mean
+    lengths means RL on the training people teaches a copy that held-out names do not use."""
+    problems = [f"{n} held-out names are one token" for n in [sum(x == 1 for x in lengths["heldout"])] if n]
+    means = {split: sum(x) / len(x) for split, x in lengths.items()}
+    if abs(means["train"] - means["heldout"]) > 0.2:
+        problems.append(f"mean tokens per name differ by more than 0.2: {means}")
+    return problems
+
+
+@pytest.mark.parametrize("protocol", sorted(warm_start.SPEAKERS))
+def test_held_out_names_are_as_new_to_the_tokenizer_as_training_names(protocol):
+    """Every held-out name tokenized by the shipped tokenizer: none is one token, and the splits' mean lengths
+    differ by at most 0.2. Cities stay whole tokens. (The tokenizer shipped before the three splits failed this:
+    7 held-out names were single tokens.)"""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(warm_start.speaker(protocol).shipped)
+    lengths = name_lengths(tokenizer)
+    assert names_problems(lengths) == []
+    assert len(lengths["heldout"]) == 100 and min(sum(x) / len(x) for x in lengths.values()) > 2.5
     assert all(len(tokenizer.tokenize(" " + city)) == 1 for city in CITIES)
 
 
-def test_ensure_returns_the_shipped_folder_when_fresh(tmp_path):
-    assert warm_start.ensure(tmp_path / "no-index-needed") == warm_start.SHIPPED
+def test_the_names_check_flags_a_tokenizer_that_saw_held_out_names(tmp_path):
+    from transformers import AutoTokenizer
+
+    from searchrl.tiny_policy.model import build_policy
+
+    heldout = [d for _, docs in fictional_people("heldout") for d in docs]
+    build_policy(tmp_path, [TEMPLATE, *heldout * 20], seed=0)
+    problems = names_problems(name_lengths(AutoTokenizer.from_pretrained(tmp_path)))
+    assert any("held-out names are one token" in p for p in problems), problems
+
+
+def test_no_person_of_a_split_nor_a_passage_about_one_enters_the_tokenizers_text():
+    """A real question's search retrieves fictional passages too (the rehearsal index holds both): those are left
+    out of what the tokenizer is trained on, and no split's name is in it."""
+    from searchrl.tiny_policy.build import tokenizer_texts
+
+    w = small_world()
+    (dev_q, dev_docs), (held_q, held_docs) = fictional_people("dev")[0], fictional_people("heldout")[0]
+    real = [(Question("Who wrote Hamlet?", "Shakespeare", "wrote Hamlet"),
+             ["Title: Hamlet Text: by Shakespeare", dev_docs[0], held_docs[1]])]  # fmt: skip
+    w = World(w.template, real, w.people, w.taken, w.writing)
+    words = set(re.findall(r"\w+", " ".join(tokenizer_texts(w, seed=0))))
+    assert "Shakespeare" in words and not words & w.taken
+    assert dev_q.query in w.taken and held_q.query in w.taken
 
 
 def test_made_up_people_never_take_a_known_name_and_their_passages_name_their_city():
@@ -245,3 +284,69 @@ def test_the_hash_reads_the_protocol_functions_the_tiny_policy_calls_and_nothing
     )
     assert changed.read_text(encoding="utf-8") != source
     assert protocol_sources(changed, calls) != protocol_sources(grown, calls)
+
+
+def shipped_copy(tmp_path, monkeypatch, protocol: str = "r1-searcher"):
+    """The protocol's shipped warm start copied to `tmp_path`, and `warm_start` pointed at the copy."""
+    who = warm_start.SPEAKERS[protocol]
+    copy = tmp_path / who.shipped.name
+    shutil.copytree(who.shipped, copy)
+    monkeypatch.setitem(warm_start.SPEAKERS, protocol, type(who)(**{**vars(who), "shipped": copy}))
+    return copy
+
+
+def test_altered_weights_or_tokenizer_are_refused_with_the_rebuild_command(tmp_path, monkeypatch):
+    copy = shipped_copy(tmp_path, monkeypatch)
+    assert warm_start.ensure() == copy
+    weights = copy / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(warm_start.WarmStartError, match="altered.*python -m searchrl.rehearsal.warm_start build"):
+        warm_start.ensure()
+    weights.write_bytes(data)
+    assert warm_start.ensure() == copy
+    with (copy / "tokenizer.json").open("a") as tokenizer:
+        tokenizer.write(" ")
+    with pytest.raises(warm_start.WarmStartError, match="altered"):
+        warm_start.ensure()
+
+
+def test_a_changed_library_version_encoder_or_retriever_makes_it_stale(tmp_path, monkeypatch):
+    """The inputs hash covers the libraries that change the result, the encoder's own files and the retriever's
+    code; a stale warm start is refused, naming its protocol's rebuild command."""
+    shipped_copy(tmp_path, monkeypatch, "search-r1")
+    today = warm_start.inputs_hash(0, "search-r1")
+    real_version = warm_start.version
+    monkeypatch.setattr(warm_start, "version", lambda name: "9.9.9" if name == "tokenizers" else real_version(name))
+    assert warm_start.inputs_hash(0, "search-r1") != today
+    with pytest.raises(warm_start.WarmStartError, match="stale.*warm_start build --protocol search-r1"):
+        warm_start.ensure("search-r1")
+    monkeypatch.setattr(warm_start, "version", real_version)
+    assert warm_start.inputs_hash(0, "search-r1") == today
+    encoder = tmp_path / "encoder"
+    shutil.copytree(warm_start.encoder_files(), encoder)
+    monkeypatch.setattr(warm_start, "encoder_files", lambda: encoder)
+    assert warm_start.inputs_hash(0, "search-r1") == today
+    (encoder / "config.json").write_text((encoder / "config.json").read_text() + " ")
+    assert warm_start.inputs_hash(0, "search-r1") != today
+    named = {str(p.relative_to(warm_start.ROOT)) for p in warm_start.INPUTS}
+    assert {
+        "search_backend/local_faiss.py",
+        "search_backend/encode/encoder.py",
+        "search_backend/index/build.py",
+        "searchrl/rehearsal/inputs.py",
+        "examples/fictional/dev.jsonl",
+        "examples/fictional/world.json",
+    } <= named
+
+
+def test_the_build_functions_are_inputs_and_the_checks_are_not(tmp_path):
+    from searchrl.rehearsal.warm_start import BUILD_CALLS, protocol_sources
+
+    source = warm_start.ROOT / "searchrl/rehearsal/warm_start.py"
+    text = source.read_text(encoding="utf-8")
+    edited = tmp_path / "edited.py"
+    edited.write_text(text.replace("is not usable:", "cannot be used:"), encoding="utf-8")
+    assert protocol_sources(edited, BUILD_CALLS) == protocol_sources(source, BUILD_CALLS)
+    edited.write_text(text.replace('"seconds": round(time.monotonic() - t0, 1)', '"seconds": 0'), encoding="utf-8")
+    assert protocol_sources(edited, BUILD_CALLS) != protocol_sources(source, BUILD_CALLS)

@@ -18,6 +18,9 @@ CITIES = [
 ]  # fmt: skip
 TRADES = ["potter", "weaver", "glassmaker", "carpenter", "baker", "cartographer", "tailor", "smith", "brewer", "mason"]
 INSTRUMENTS = ["lute", "fiddle", "drum", "harp", "flute", "horn", "zither", "bagpipe"]
+# The fictional people's splits (examples/fictional/<split>.jsonl): what training uses, what tuning and probes
+# use, and what reports alone use.
+SPLITS = ("train", "dev", "heldout")
 HABITS = [
     "walks along the river every morning",
     "keeps a large collection of old maps",

@@ -17,6 +17,7 @@ from pathlib import Path
 from searchrl.process import exit_on_sigterm
 from searchrl.rehearsal import episodes, sft, training
 from searchrl.rehearsal.inputs import rehearsal_index
+from searchrl.rehearsal.warm_start import WarmStartError
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
 from searchrl.stage.config import STAGES
 from searchrl.stage.schedules import add_schedule_flags, schedule_overrides
@@ -75,8 +76,8 @@ def rehearse_sft(overrides: list[str], seed: int) -> int:
         return 2
     try:
         index = rehearsal_index()
-        result = sft.rehearse(index, ensure_warm_start(index, log=lambda m: print(m, flush=True)), seed=seed)
-    except RuntimeError as e:
+        result = sft.rehearse(index, ensure_warm_start(), seed=seed)
+    except (RuntimeError, WarmStartError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(json.dumps(result))

@@ -349,7 +349,7 @@ def starting_policy(stage: str, out: Path, pretrain: Path | None, protocol: str)
     """The overrides that name the policy: stage 1 from the warm start in the stage's protocol, stage 2 from stage
     1's final checkpoint (through its resolved config, as a real stage 2 starts), either from --pretrain when given."""
     if stage in FROM_WARM_START and pretrain is None:
-        pretrain = ensure_warm_start(rehearsal_index(), log=lambda m: print(m, flush=True), protocol=protocol)
+        pretrain = ensure_warm_start(protocol)
     if pretrain is not None:
         return [f"openrlhf.actor.model_name_or_path={pretrain}", "init_from=null"]
     return [f"init_from={out / 'stage1_format.resolved.json'}"]

@@ -1,17 +1,20 @@
 """Builds the tiny policy's warm start: a random-init Qwen2-shaped policy and its tokenizer
 (searchrl/tiny_policy/model.py), trained on the copy curriculum (searchrl/tiny_policy/curriculum.py) in plain
-PyTorch (searchrl/tiny_policy/supervise.py), then probed on held-out people (searchrl/tiny_policy/probe.py).
+PyTorch (searchrl/tiny_policy/supervise.py), then probed on the development people (searchrl/tiny_policy/probe.py);
+the held-out people are left to the learning reports.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from searchrl.paths import EXAMPLES
+from searchrl.qa_data.fictional import SPLITS
 from searchrl.tiny_policy import supervise
 from searchrl.tiny_policy.curriculum import EOS, Recipe, World, made_up, segments
 from searchrl.tiny_policy.mixture import Question, fictional_questions, real_questions, trajectory
@@ -34,22 +37,29 @@ def fictional_people(split: str) -> list[tuple[Question, list[str]]]:
 def world(template: str, retrieve: Retrieve, writing: Writing = WRITINGS["r1-searcher"]) -> World:
     real = real_questions()
     found = retrieve([q.query for q in real])
-    every_name = {q.query for split in ("train", "heldout") for q, _ in fictional_people(split)}
+    every_name = {q.query for split in SPLITS for q, _ in fictional_people(split)}
     people = fictional_people("train")
     return World(template, list(zip(real, found, strict=True)), people, frozenset(every_name), writing)
+
+
+def about_nobody(docs: Sequence[str], taken: frozenset[str]) -> list[str]:
+    """The documents that name no person of the splits."""
+    return [d for d in docs if not taken.intersection(re.findall(r"\w+", d))]
 
 
 def tokenizer_texts(w: World, seed: int) -> list[str]:
     """What the tokenizer is trained on: the template, one correct episode per real question and three made-up
     people per training person with their passages (so cities seen often become whole tokens, as in a real BPE).
 
-    No fictional name of either split is in it: a training name seen dozens of times became one token while a
-    held-out name split into about three, so RL on the training people taught a one-token copy that held-out
-    questions never use (their queries named the person in 0.62-0.65 of searches, the training people's 0.94)."""
+    No name of any split, and no passage about one, is in it: a training name seen dozens of times became one
+    token while a held-out name split into about three, so RL on the training people taught a one-token copy that
+    held-out questions never use. A real question's search can retrieve a fictional person's passage (the index
+    holds both), so those are left out of its episode here."""
     rng = random.Random(seed)
     texts = [w.template] * 20
     stand_ins = [made_up(rng, w.taken) for _ in range(3 * len(w.people))]
-    for q, docs in [*w.real, *stand_ins]:
+    real = [(q, about_nobody(docs, w.taken)) for q, docs in w.real]
+    for q, docs in [*real, *stand_ins]:
         messages = trajectory("correct", w.prompt(q.question, False), q, docs, rng, EOS, 0.5, w.writing)
         texts.append("".join(text for text, _ in segments(messages)))
     for line in (EXAMPLES / "mini_corpus.jsonl").open(encoding="utf-8"):
@@ -79,8 +89,9 @@ def build(
     trained = supervise.train(model, tokenizer, w, recipe, log)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    heldout = fictional_people("heldout")
-    figures = probe(model, tokenizer, template, heldout, samples=4, seed=recipe.seed + 1234, writing=writing)
+    # The development people: the held-out ones are for the learning reports alone.
+    dev = fictional_people("dev")
+    figures = probe(model, tokenizer, template, dev, samples=4, seed=recipe.seed + 1234, writing=writing)
     return {"recipe": {"seed": recipe.seed, "lr": recipe.lr, "warmup": recipe.warmup,
                        "min_lr_frac": recipe.min_lr_frac, "micro_batch": recipe.micro_batch},
             **trained, "probe": figures}  # fmt: skip
