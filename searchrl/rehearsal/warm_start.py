@@ -224,7 +224,7 @@ def ensure(protocol: str = DEFAULT_SPEAKER) -> Path:
     if state["problem"] is not None:
         raise WarmStartError(
             f"the {state['protocol']} warm start in {state['shipped']} is not usable: {state['problem']}; rebuild "
-            f"it with `{rebuild_command(protocol)}` (about 20 min on 2 cores) and commit the folder"
+            f"it with `{rebuild_command(protocol)}` (30 min on 2 cores, as measured) and commit the folder"
         )
     return speaker(protocol).shipped
 
@@ -232,7 +232,7 @@ def ensure(protocol: str = DEFAULT_SPEAKER) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m searchrl.rehearsal.warm_start",
-        description="The tiny policy's warm starts. `build` trains one on the copy curriculum (about 20 min on 2 "
+        description="The tiny policy's warm starts. `build` trains one on the copy curriculum (30 min on 2 "
         "cores) and writes the folder the rehearsals start from; `check` says whether each shipped one is "
         "built from today's inputs and is the files built.",
     )
