@@ -8,8 +8,9 @@ cd "$SEARCHRL_ROOT"
 SECONDS=0
 "$SEARCHRL_VENV/bin/ruff" check .
 "$SEARCHRL_VENV/bin/ruff" format --check .
-# CI logs keep how long the suite took, so a creeping suite shows before it passes the 10-minute budget.
+# CI logs keep how long the suite took and its 20 slowest tests, so a creeping suite shows, and where, before it
+# passes the 10-minute budget.
 status=0
-"$PY" -m pytest -q -n "${SEARCHRL_TEST_WORKERS:-2}" "$@" || status=$?
+"$PY" -m pytest -q -n "${SEARCHRL_TEST_WORKERS:-2}" --durations=20 "$@" || status=$?
 echo "[run_tests] lint + tests took ${SECONDS} s (exit ${status})"
 exit "$status"
