@@ -401,11 +401,13 @@ def test_the_quickstart_line_reports_what_the_reward_server_scored(tmp_path):
 
 
 class FlakyHead(RayHead):
-    """A head whose `ray start` is a stand-in: the first `failures` starts exit at once, then one serves the job
-    server's version route on the chosen dashboard port."""
+    """A head whose `ray start` is a stand-in: the first `failures` starts exit at once, the next
+    `dashboard_failures` live on after printing Ray's line for a dashboard that died (no job server), then one
+    serves the job server's version route on the chosen dashboard port."""
 
-    def __init__(self, workdir: Path, failures: int) -> None:
+    def __init__(self, workdir: Path, failures: int, dashboard_failures: int = 0) -> None:
         self.failures = failures
+        self.dashboard_failures = dashboard_failures
         self.starts = 0
         super().__init__(workdir)
 
@@ -415,6 +417,13 @@ class FlakyHead(RayHead):
         self.starts += 1
         if self.starts <= self.failures:
             code = "import sys; print('GCS did not start'); sys.exit(1)"
+        elif self.starts <= self.failures + self.dashboard_failures:
+            code = (
+                "import time\n"
+                "print('ERROR dashboard.py:326 -- The dashboard on node vm failed with the following error:', "
+                "flush=True)\n"
+                "time.sleep(600)\n"
+            )
         else:
             code = (
                 "import http.server\n"
@@ -444,6 +453,19 @@ def test_a_ray_start_that_keeps_failing_is_an_error_that_shows_its_log(tmp_path)
     with pytest.raises(RuntimeError, match="(?s)ray start exited with 1.*GCS did not start"):
         head.wait(timeout_s=60)
     assert head.starts == 3
+
+
+def test_a_head_whose_dashboard_dies_is_started_again_not_waited_on(tmp_path, capsys):
+    """Seen under load: Ray's dashboard timed out starting a module and exited while `ray start` lived on, so the
+    job server never answered and the rehearsal waited out its 180 s."""
+    head = FlakyHead(tmp_path, failures=0, dashboard_failures=2)
+    try:
+        head.wait(timeout_s=60)
+    finally:
+        head.stop()
+    assert head.starts == 3
+    assert capsys.readouterr().out.count("Ray's dashboard failed to start; starting again on new ports") == 2
+    assert head.env["RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT"] == "180"
 
 
 def test_train_takes_search_r1_from_the_warm_start_and_names_the_stages_it_takes(tmp_path):

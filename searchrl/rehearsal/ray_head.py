@@ -34,6 +34,8 @@ WORKER_PORTS = 200
 # Port blocks held by the live Ray heads on this machine, one file per block: a head's worker ports stay unbound
 # until its workers start, so a second head started meanwhile (CI runs two at once) would find them free.
 BLOCKS_DIR = Path(tempfile.gettempdir()) / "searchrl-ray-blocks"
+# Ray's line when its dashboard, the process that serves the job server, fails to start while `ray start` lives on.
+DASHBOARD_FAILED = "The dashboard on node"
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -119,6 +121,9 @@ class RayHead:
         self.log = workdir / "ray_head.log"
         self.log.write_bytes(b"")  # appended to by each start, so a failed one's output stays beside the retry's
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
+        # Ray gives each of the dashboard's 9 module processes 30 s to start; on 2 loaded cores (two benchmarks, each
+        # training two jobs) one took longer, the dashboard died and no job server ever answered.
+        env.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
         env["PATH"] = venv_first(env.get("PATH"))
         self.env = env
         self.launch()
@@ -160,18 +165,25 @@ class RayHead:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
     def wait(self, timeout_s: float = 180.0, starts: int = 3) -> None:
-        """Waits for the job server. A `ray start` that exits while starting is started again on a fresh port
-        block (twice at most): on a loaded machine with another head starting beside it, a start can fail once
-        (seen in CI: two lanes, each starting Ray heads) and a whole rehearsal should not fail with it."""
+        """Waits for the job server. A `ray start` that exits while starting, or whose dashboard (the job server's
+        process) dies while it lives on, is started again on a fresh port block (twice at most): on a loaded machine
+        with another head starting beside it, a start can fail once (seen in CI: two lanes, each starting Ray heads)
+        and a whole rehearsal should not fail with it."""
         deadline = time.monotonic() + timeout_s
+        dashboards_failed = 0  # the log keeps every start's output: each failure is counted once
         while time.monotonic() < deadline:
+            failed = None
             if self.proc.poll() is not None:
-                code = self.proc.returncode
+                failed = f"ray start exited with {self.proc.returncode}"
+            elif self.log_text().count(DASHBOARD_FAILED) > dashboards_failed:
+                dashboards_failed += 1
+                failed = "Ray's dashboard failed to start"
+            if failed:
                 self.stop()
                 starts -= 1
                 if starts <= 0:
-                    raise RuntimeError(f"ray start exited with {code}; see {self.log}:\n{self.log_tail()}")
-                print(f"[ray] ray start exited with {code}; starting again on new ports ({self.log})", flush=True)
+                    raise RuntimeError(f"{failed}; see {self.log}:\n{self.log_tail()}")
+                print(f"[ray] {failed}; starting again on new ports ({self.log})", flush=True)
                 self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))
                 self.launch()
                 continue
@@ -183,11 +195,14 @@ class RayHead:
             time.sleep(0.5)
         raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
 
-    def log_tail(self, lines: int = 30) -> str:
+    def log_text(self) -> str:
         try:
-            return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+            return self.log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
     def descendants(self) -> list[int]:
         children: dict[int, list[int]] = {}
