@@ -411,7 +411,13 @@ def merge(dirs: list[Path], out: Path) -> int:
         raise SystemExit(f"--merge: a seed appears twice ({sorted(numbers)}); run the others with --first-seed")
     report = first | {
         "seeds": sorted(seeds, key=lambda s: s["seed"]),
-        "merged_from": [{"dir": str(d), "settings": r["settings"]} for d, r in zip(dirs, reports, strict=True)],
+        # Each run's own record: runs side by side may measure different checkouts (the top-level `commit` is the
+        # first run's), so which seed came from which commit and warm start stays traceable.
+        "merged_from": [
+            {"dir": str(d), "seeds": [s["seed"] for s in r["seeds"]]}
+            | {k: r.get(k) for k in ("commit", "warm_start", "fictional_world", "settings")}
+            for d, r in zip(dirs, reports, strict=True)
+        ],
         "seconds": round(sum(r.get("seconds", 0.0) for r in reports), 1),
     }
     report["summary"] = summary(report)

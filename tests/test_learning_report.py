@@ -90,3 +90,32 @@ def test_a_run_records_its_commit_and_its_warm_start(tmp_path, monkeypatch):
         assert learning.warm_start_record("r1-searcher")["content_sha256"] != shipped["content_sha256"]
     finally:
         shutil.rmtree(copy)
+
+
+def test_a_merged_report_keeps_each_runs_commit_and_warm_start(tmp_path):
+    import json
+
+    from benchmarks import learning
+
+    dirs = []
+    for n, (head, seed) in enumerate([("a" * 40, 0), ("b" * 40, 2)]):
+        run = report((0.15, None, 0.55, None)) | {
+            "date": "2026-11-28",
+            "settings": {"steps1": 12, "lr": 3e-4, "eval_samples": 2},
+            "commit": {"head": head, "dirty": False},
+            "warm_start": {"content_sha256": f"w{n}"},
+            "fictional_world": {"seed": 2026, "split_seed": 0},
+        }
+        run["seeds"][0]["seed"] = seed
+        dirs.append(tmp_path / f"run{n}")
+        dirs[-1].mkdir()
+        (dirs[-1] / "learning.json").write_text(json.dumps(run))
+    learning.merge(dirs, tmp_path / "merged")
+    merged = json.loads((tmp_path / "merged/learning.json").read_text())
+    assert [s["seed"] for s in merged["seeds"]] == [0, 2]
+    assert [
+        (m["seeds"], m["commit"]["head"][0], m["warm_start"]["content_sha256"]) for m in merged["merged_from"]
+    ] == [
+        ([0], "a", "w0"),
+        ([2], "b", "w1"),
+    ]
