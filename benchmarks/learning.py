@@ -413,10 +413,15 @@ def merge(dirs: list[Path], out: Path) -> int:
         "seeds": sorted(seeds, key=lambda s: s["seed"]),
         # Each run's own record: runs side by side may measure different checkouts (the top-level `commit` is the
         # first run's), so which seed came from which commit and warm start stays traceable.
+        # A report merged before keeps its runs' own records: one level, whatever order the runs were joined in.
         "merged_from": [
-            {"dir": str(d), "seeds": [s["seed"] for s in r["seeds"]]}
-            | {k: r.get(k) for k in ("commit", "warm_start", "fictional_world", "settings")}
+            m
             for d, r in zip(dirs, reports, strict=True)
+            for m in r.get("merged_from")
+            or [
+                {"dir": str(d), "seeds": [s["seed"] for s in r["seeds"]]}
+                | {k: r.get(k) for k in ("commit", "warm_start", "fictional_world", "settings")}
+            ]
         ],
         "seconds": round(sum(r.get("seconds", 0.0) for r in reports), 1),
     }

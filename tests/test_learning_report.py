@@ -119,3 +119,11 @@ def test_a_merged_report_keeps_each_runs_commit_and_warm_start(tmp_path):
         ([0], "a", "w0"),
         ([2], "b", "w1"),
     ]
+    # A third run joined to that merged report: each seed still names the commit it was measured at.
+    run = json.loads((dirs[0] / "learning.json").read_text()) | {"commit": {"head": "c" * 40, "dirty": False}}
+    run["seeds"][0]["seed"] = 1
+    (dirs[0] / "learning.json").write_text(json.dumps(run))
+    learning.merge([tmp_path / "merged", dirs[0]], tmp_path / "again")
+    again = json.loads((tmp_path / "again/learning.json").read_text())
+    assert [s["seed"] for s in again["seeds"]] == [0, 1, 2]
+    assert [(m["seeds"], m["commit"]["head"][0]) for m in again["merged_from"]] == [([0], "a"), ([2], "b"), ([1], "c")]
