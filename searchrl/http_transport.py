@@ -42,6 +42,10 @@ class RetryableError(Exception):
         self.tries = 1
 
 
+class NotSentError(RetryableError):
+    """No connection opened, so the request never left: nothing was served, and no provider billed it."""
+
+
 class RequestEncodingError(ValueError):
     """The request body cannot be sent as JSON (NaN, a lone surrogate, a non-JSON type); no retry can fix it."""
 
@@ -304,7 +308,7 @@ class HttpSession:
                     if _stale(exc) and stale_try < STALE_CONNECTION_TRIES:
                         continue
                     if isinstance(exc, aiohttp.ClientConnectorError):
-                        raise RetryableError(f"{url}: cannot connect ({exc.os_error})") from None
+                        raise NotSentError(f"{url}: cannot connect ({exc.os_error})") from None
                     raise RetryableError(f"{url}: {type(exc).__name__}: {exc}") from None
         raise AssertionError("unreachable")
 

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from searchrl.http_transport import (
     HttpSession,
+    NotSentError,
     RequestEncodingError,
     RetryableError,
     RetryPolicy,
@@ -314,5 +315,6 @@ def test_unreachable_server_message_names_the_url():
         finally:
             await http.aclose()
 
-    with pytest.raises(RetryableError, match=f"127.0.0.1:{port}/x: cannot connect"):
+    # Its own type, which the web backend's budget reads: a request that never left is not billed.
+    with pytest.raises(NotSentError, match=f"127.0.0.1:{port}/x: cannot connect"):
         asyncio.run(run())

@@ -284,7 +284,7 @@ def test_requests_the_provider_did_not_bill_are_given_back() -> None:
 
 
 def test_an_unreachable_provider_costs_nothing() -> None:
-    # Pins HttpSession's "cannot connect" wording, which tells a request that never left from one that timed out.
+    # HttpSession raises NotSentError only when no connection opened: the one failure known to cost nothing.
     budget = WebBudget("serper", max_queries=1)
     backend = web_backend("serper", f"http://127.0.0.1:{free_port()}", budget=budget, retries=2)
     results, stats = stats_after(backend, ["a"])

@@ -32,6 +32,7 @@ from search_backend.web.summarize import INSTRUCTION, Summarizer
 from search_backend.web.tavily import TavilyProvider
 from searchrl.http_transport import (
     HttpSession,
+    NotSentError,
     RequestEncodingError,
     RetryableError,
     encode_json,
@@ -54,12 +55,6 @@ PROVIDERS: dict[str, type[Provider]] = {
 
 class _Malformed(RetryableError):
     """A body that is not the provider's documented JSON; retried, then reported as MalformedResponseError."""
-
-
-def _never_connected(error: RetryableError) -> bool:
-    # HttpSession.send says "cannot connect" only when no connection opened, so the request never left; a timeout
-    # or a dropped connection may have been served and billed (tests/test_web_budget.py pins the wording).
-    return "cannot connect (" in str(error)
 
 
 class WebSearchBackend:
@@ -239,7 +234,9 @@ class WebSearchBackend:
                     request.method, request.url, body=body, params=request.params, headers=request.headers
                 )
             except RetryableError as exc:
-                billed = not _never_connected(exc)
+                # Only a connection that never opened is known unserved; a timeout or a dropped connection may
+                # have been served and billed.
+                billed = not isinstance(exc, NotSentError)
                 raise RetryableError(self._redact(f"{name}: {exc}")) from None
             billed = response.status < 300
         finally:
