@@ -395,6 +395,16 @@ def main(argv: list[str] | None = None) -> int:
 MERGE_KEYS = ("steps1", "lr", "eval_samples", "protocol")
 
 
+def run_records(folder: Path, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each run's own record: runs side by side may measure different checkouts (the top-level `commit` is the first
+    run's), so which seed came from which commit and warm start stays traceable. A report merged before gives its
+    runs' records as they are, so the list stays one level deep whatever order runs are joined in."""
+    return report.get("merged_from") or [
+        {"dir": str(folder), "seeds": [s["seed"] for s in report["seeds"]]}
+        | {k: report.get(k) for k in ("commit", "warm_start", "fictional_world", "settings")}
+    ]
+
+
 def merge(dirs: list[Path], out: Path) -> int:
     """One report from several runs' seeds (say seed 0 with stage 2 and its options, seeds 1-2 of stage 1 alone),
     the summary and the curves computed again; refused when the runs differ in what makes seeds comparable."""
@@ -411,18 +421,7 @@ def merge(dirs: list[Path], out: Path) -> int:
         raise SystemExit(f"--merge: a seed appears twice ({sorted(numbers)}); run the others with --first-seed")
     report = first | {
         "seeds": sorted(seeds, key=lambda s: s["seed"]),
-        # Each run's own record: runs side by side may measure different checkouts (the top-level `commit` is the
-        # first run's), so which seed came from which commit and warm start stays traceable.
-        # A report merged before keeps its runs' own records: one level, whatever order the runs were joined in.
-        "merged_from": [
-            m
-            for d, r in zip(dirs, reports, strict=True)
-            for m in r.get("merged_from")
-            or [
-                {"dir": str(d), "seeds": [s["seed"] for s in r["seeds"]]}
-                | {k: r.get(k) for k in ("commit", "warm_start", "fictional_world", "settings")}
-            ]
-        ],
+        "merged_from": [m for d, r in zip(dirs, reports, strict=True) for m in run_records(d, r)],
         "seconds": round(sum(r.get("seconds", 0.0) for r in reports), 1),
     }
     report["summary"] = summary(report)
