@@ -72,6 +72,9 @@ PROTOCOL_FLAGS: dict[str, list[str]] = {
 }
 # The stage-1 end the issue asks of each protocol's runs (R1-Searcher's: issue 49; Search-R1's: issue 48).
 STAGE1_FINAL = {"r1-searcher": 0.8, "search-r1": 0.6}
+# Stage 2's sampled held-out EM the issue asks of the seeds' mean (issue 49); CI asks it of a run that stage 1 left
+# too high to gain 0.2.
+STAGE2_EM = 0.8
 # The per-step figures kept from OpenRLHF's own logs, under the names this report uses.
 STEP_KEYS = {
     "reward": "reward",
@@ -500,7 +503,7 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
                 "reads_swapped_documents_at_least_0.5": all(
                     (copy(e, "final", "swapped_shown_city") or 0) >= 0.5 for e in evals
                 ),
-                "mean_em_at_least_0.8_sampled": statistics.fmean(e["final"]["em"] for e in evals) >= 0.8,
+                "mean_em_at_least_0.8_sampled": statistics.fmean(e["final"]["em"] for e in evals) >= STAGE2_EM,
                 "mean_reads_swapped_documents_at_least_0.9": statistics.fmean(
                     copy(e, "final", "swapped_shown_city") or 0 for e in evals
                 )
