@@ -47,8 +47,8 @@ def test_shipped_warm_start_is_built_from_todays_inputs_and_is_the_files_built(p
 
 
 def test_the_warm_starts_differ_by_protocol_and_other_protocols_start_from_r1_searchers():
-    hashes = {p: warm_start.inputs_hash(0, p) for p in warm_start.SPEAKERS}
-    assert len(set(hashes.values())) == len(hashes)
+    data = {p: warm_start.inputs(0, p)["data"] for p in warm_start.SPEAKERS}
+    assert len(set(data.values())) == len(data)
     assert warm_start.speaker("rag-r1") == warm_start.speaker("router-r1") == warm_start.SPEAKERS["r1-searcher"]
     assert warm_start.base_template("search-r1") == search_r1.PROMPT
 
@@ -267,25 +267,6 @@ def test_rebuilt_warm_start_copies_as_well_as_the_shipped_one(tmp_path):
     assert rebuilt["probe"]["names_rate"] >= 0.5 and 0.1 <= rebuilt["probe"]["doc_city"] <= 0.4
 
 
-def test_the_hash_reads_the_protocol_functions_the_tiny_policy_calls_and_nothing_else_of_the_module(tmp_path):
-    """A function added to R1-Searcher's module (the protocol interface grows) leaves the warm start fresh; a change to
-    one the curriculum or probe calls makes it stale, wherever in the file it sits."""
-    from searchrl.paths import ROOT
-    from searchrl.rehearsal.warm_start import protocol_sources
-
-    source = (ROOT / "searchrl/protocols/r1_searcher.py").read_text(encoding="utf-8")
-    grown = tmp_path / "grown.py"
-    grown.write_text("def added() -> int:\n    return 1\n\n\n" + source, encoding="utf-8")
-    calls = warm_start.SPEAKERS["r1-searcher"].calls
-    assert protocol_sources(grown, calls) == protocol_sources(ROOT / "searchrl/protocols/r1_searcher.py", calls)
-    changed = tmp_path / "changed.py"
-    changed.write_text(
-        source.replace('body = "".join(f"({i}){p}\\n"', 'body = "".join(f"[{i}]{p}\\n"'), encoding="utf-8"
-    )
-    assert changed.read_text(encoding="utf-8") != source
-    assert protocol_sources(changed, calls) != protocol_sources(grown, calls)
-
-
 def shipped_copy(tmp_path, monkeypatch, protocol: str = "r1-searcher"):
     """The protocol's shipped warm start copied to `tmp_path`, and `warm_start` pointed at the copy."""
     who = warm_start.SPEAKERS[protocol]
@@ -311,42 +292,145 @@ def test_altered_weights_or_tokenizer_are_refused_with_the_rebuild_command(tmp_p
         warm_start.ensure()
 
 
-def test_a_changed_library_version_encoder_or_retriever_makes_it_stale(tmp_path, monkeypatch):
-    """The inputs hash covers the libraries that change the result, the encoder's own files and the retriever's
-    code; a stale warm start is refused, naming its protocol's rebuild command."""
+def test_a_changed_library_version_or_encoder_makes_it_stale_naming_the_part(tmp_path, monkeypatch):
+    """The inputs cover the libraries that change the result and the encoder's own files; a stale warm start is
+    refused, naming its protocol's rebuild command and the part of its inputs that changed."""
     shipped_copy(tmp_path, monkeypatch, "search-r1")
-    today = warm_start.inputs_hash(0, "search-r1")
+    today = warm_start.inputs(0, "search-r1")
     real_version = warm_start.version
     monkeypatch.setattr(warm_start, "version", lambda name: "9.9.9" if name == "tokenizers" else real_version(name))
-    assert warm_start.inputs_hash(0, "search-r1") != today
-    with pytest.raises(warm_start.WarmStartError, match="stale.*warm_start build --protocol search-r1"):
+    assert warm_start.inputs(0, "search-r1")["libraries"] != today["libraries"]
+    with pytest.raises(
+        warm_start.WarmStartError, match="stale.*changed since: a library version;.*--protocol search-r1"
+    ):
         warm_start.ensure("search-r1")
     monkeypatch.setattr(warm_start, "version", real_version)
-    assert warm_start.inputs_hash(0, "search-r1") == today
+    assert warm_start.inputs(0, "search-r1") == today
     encoder = tmp_path / "encoder"
     shutil.copytree(warm_start.encoder_files(), encoder)
     monkeypatch.setattr(warm_start, "encoder_files", lambda: encoder)
-    assert warm_start.inputs_hash(0, "search-r1") == today
+    assert warm_start.inputs(0, "search-r1") == today
     (encoder / "config.json").write_text((encoder / "config.json").read_text() + " ")
-    assert warm_start.inputs_hash(0, "search-r1") != today
-    named = {str(p.relative_to(warm_start.ROOT)) for p in warm_start.INPUTS}
-    assert {
-        "search_backend/local_faiss.py",
-        "search_backend/encode/encoder.py",
+    assert warm_start.inputs(0, "search-r1")["encoder"] != today["encoder"]
+    with pytest.raises(warm_start.WarmStartError, match="changed since: the encoder's files"):
+        warm_start.ensure("search-r1")
+
+
+def test_the_data_hash_follows_every_episode_and_text():
+    """Two worlds with the same data hash alike; one document changed in one real question's episode, one more
+    training step, or another seed changes it."""
+    from dataclasses import replace
+
+    from searchrl.tiny_policy.key import data_hash
+
+    w = small_world()
+    recipe = Recipe(phases=(Phase(3, 4, short=False, copy_rate=0.5, real=0.5),))
+    assert data_hash(w, recipe) == data_hash(small_world(), recipe)
+    (q, docs) = w.real[0]
+    other = World(w.template, [(q, [docs[0] + " Also a play."])], w.people, w.taken, w.writing)
+    assert data_hash(other, recipe) != data_hash(w, recipe)
+    assert data_hash(w, replace(recipe, seed=1)) != data_hash(w, recipe)
+    assert data_hash(w, replace(recipe, phases=(replace(recipe.phases[0], steps=4),))) != data_hash(w, recipe)
+
+
+SOURCE = '''def step(x, lr):
+    """Adds."""
+    # a comment
+    return x + lr * SCALE
+'''
+
+
+def test_code_shape_ignores_comments_docstrings_and_place_but_not_a_statement():
+    """Re-commented, re-documented, or indented as a method of another module (how inspect returns it): the same
+    shape; one operator changed: another."""
+    from searchrl.tiny_policy.key import code_shape
+
+    same = [
+        SOURCE.replace("# a comment", "# another comment, longer"),
+        SOURCE.replace('"""Adds."""', '"""Adds, said otherwise\n    over two lines."""'),
+        "".join("    " + line + "\n" for line in SOURCE.splitlines()),
+    ]
+    assert {code_shape(text) for text in same} == {code_shape(SOURCE)}
+    assert code_shape(SOURCE.replace("x + lr", "x - lr")) != code_shape(SOURCE)
+
+
+def test_the_training_hash_reads_the_policys_shape(monkeypatch):
+    """A plain value a training function reads (the policy's vocabulary size) is part of what it hashes."""
+    from searchrl.tiny_policy import key, model
+
+    today = key.training_hash()
+    monkeypatch.setattr(model, "POLICY_VOCAB", model.POLICY_VOCAB + 1)
+    assert key.training_hash() != today
+
+
+def tree_copy(tmp_path):
+    """The checkout's tracked files copied to `tmp_path`, with the rehearsal index it already built (a moved file
+    must not rebuild it)."""
+    import subprocess
+
+    from searchrl.paths import ROOT
+    from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
+
+    rehearsal_index()
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    copy = tmp_path / "tree"
+    for name in files.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    shutil.copytree(REHEARSAL_DIR / "index", copy / "runs/rehearse/index")
+    shutil.copy2(REHEARSAL_DIR / "corpus.jsonl", copy / "runs/rehearse/corpus.jsonl")
+    return copy
+
+
+def check_in(tree) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "searchrl.rehearsal.warm_start", "check", "--protocol", "r1-searcher"]
+    done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+    assert done.stdout.strip(), done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def move(tree, old: str, new: str) -> None:
+    """Moves module `old` to `new` (dotted names) in `tree`, and every import of it."""
+    src, dst = (tree / (name.replace(".", "/") + ".py") for name in (old, new))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    src.rename(dst)
+    for path in tree.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if old in text:
+            path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_moved_and_recommented_code_leaves_it_fresh_and_one_changed_episode_makes_it_stale(tmp_path):
+    """In a copy of the tree: the index builder and the encoder re-commented, the local FAISS backend and the probe
+    moved to other modules, the training loop's docstring rewritten: the warm start is still fresh. Then one opening
+    sentence of the curriculum changed: stale, naming the data."""
+    tree = tree_copy(tmp_path)
+    for name in (
         "search_backend/index/build.py",
-        "searchrl/rehearsal/inputs.py",
-        "examples/fictional/dev.jsonl",
-        "examples/fictional/world.json",
-    } <= named
-
-
-def test_the_build_functions_are_inputs_and_the_checks_are_not(tmp_path):
-    from searchrl.rehearsal.warm_start import BUILD_CALLS, protocol_sources
-
-    source = warm_start.ROOT / "searchrl/rehearsal/warm_start.py"
-    text = source.read_text(encoding="utf-8")
-    edited = tmp_path / "edited.py"
-    edited.write_text(text.replace("is not usable:", "cannot be used:"), encoding="utf-8")
-    assert protocol_sources(edited, BUILD_CALLS) == protocol_sources(source, BUILD_CALLS)
-    edited.write_text(text.replace('"seconds": round(time.monotonic() - t0, 1)', '"seconds": 0'), encoding="utf-8")
-    assert protocol_sources(edited, BUILD_CALLS) != protocol_sources(source, BUILD_CALLS)
+        "search_backend/encode/encoder.py",
+        "searchrl/tiny_policy/supervise.py",
+    ):
+        path = tree / name
+        path.write_text("# re-commented\n" + path.read_text(encoding="utf-8").replace("\n\n\n", "\n\n\n# moved on\n"))
+    supervise_py = tree / "searchrl/tiny_policy/supervise.py"
+    text = supervise_py.read_text(encoding="utf-8")
+    supervise_py.write_text(text.replace("Runs the recipe's phases on", "Trains, phase by phase,"), encoding="utf-8")
+    move(tree, "search_backend.local_faiss", "searchrl.search.local_faiss_moved")
+    move(tree, "searchrl.tiny_policy.probe", "searchrl.tiny_policy.probing")
+    state = check_in(tree)
+    assert state["fresh"] and state["inputs"] == warm_start.verify()["inputs"], state
+    mixture_py = tree / "searchrl/tiny_policy/mixture.py"
+    text = mixture_py.read_text(encoding="utf-8")
+    mixture_py.write_text(text.replace('" Let me search."', '" Let me look."'), encoding="utf-8")
+    state = check_in(tree)
+    assert not state["fresh"] and "changed since: the curriculum's data" in state["problem"], state

@@ -3,19 +3,20 @@
 build [--protocol P]` from the copy curriculum (searchrl/tiny_policy/build.py) written in its protocol's tags
 (searchrl/tiny_policy/writing.py). A stage in another protocol (RAG-R1's, Router-R1's) starts from R1-Searcher's.
 
-`build.json` beside the weights records two hashes, both checked before a warm start is used:
-- `inputs_hash`, of everything the build reads: the curriculum's code and data, the protocol's tags and the
-  functions the tiny policy calls, the code that retrieves the episodes' documents (index build, encoder, search)
-  and the encoder's own files, the build's own functions, and the versions of the libraries that change the result;
+`build.json` beside the weights records two things, both checked before a warm start is used:
+- `inputs`, what it is made of (searchrl/tiny_policy/key.py): the data its curriculum produces (tokenizer texts and
+  every episode, documents included, as the rehearsal index returns them today), the recipe, the training functions'
+  syntax, the encoder's files and the versions of the libraries that change the result; `inputs_hash` joins them.
+  Code that only makes the data (the curriculum, the protocol, the index and its encoder code) is not hashed: a
+  file moved or re-commented leaves the warm start fresh, a change to one episode makes it stale;
 - `content_sha256`, of the folder's files as built (weights, tokenizer, configs).
 A warm start whose inputs changed since (stale) or whose files differ from what was built (altered) is refused,
-naming the command that rebuilds it; a test fails until the shipped one is rebuilt and committed.
+naming the command that rebuilds it and the part that changed; a test fails until the shipped one is rebuilt.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import shutil
@@ -23,40 +24,23 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 
 from search_backend.encode.profiles import bundled_model_path
 from searchrl.config import ConfigError, load
-from searchrl.paths import CONFIGS, EXAMPLES, ROOT
-from searchrl.protocols import r1_searcher, search_r1
+from searchrl.paths import CONFIGS, EXAMPLES
 from searchrl.rehearsal.inputs import passage_retriever, rehearsal_index
 from searchrl.stage.config import ModelConfig
 from searchrl.stage.templates import protocol_model
-from searchrl.tiny_policy.build import build
+from searchrl.tiny_policy import key
+from searchrl.tiny_policy.build import build, world
 from searchrl.tiny_policy.curriculum import Recipe
 from searchrl.tiny_policy.writing import WRITINGS
 
 SHIPPED = EXAMPLES / "tiny_policy"
 TEMPLATE = CONFIGS / "models/qwen2.5-7b-base.yaml"
-# What the warm start is made from: a change to any of these files makes the shipped one stale.
-INPUTS = (
-    *sorted((ROOT / "searchrl/tiny_policy").glob("*.py")),
-    ROOT / "searchrl/qa_data/fictional.py",
-    TEMPLATE,
-    EXAMPLES / "stage_1.jsonl",
-    EXAMPLES / "mini_corpus.jsonl",
-    *(EXAMPLES / "fictional" / name for name in ("corpus.jsonl", "world.json", "train.jsonl", "dev.jsonl",
-                                                  "heldout.jsonl")),
-    # The retriever that finds the episodes' documents in the rehearsal index, and the encoder behind it.
-    ROOT / "searchrl/rehearsal/inputs.py",
-    ROOT / "search_backend/local_faiss.py",
-    *(ROOT / "search_backend/index" / name for name in ("build.py", "corpus.py", "faiss_index.py", "store.py",
-                                                         "layout.py", "index_types.py")),
-    *(ROOT / "search_backend/encode" / name for name in ("encoder.py", "onnx_encoder.py", "profiles.py")),
-)  # fmt: skip
-# The build's own functions (this module's other parts, its checks and command line, can change freely).
-BUILD_CALLS = ("base_template", "build_folder")
 # The libraries whose version changes the weights, the tokenizer or the documents (pinned in pyproject.toml or by
 # the set-up script). FAISS is not one: the rehearsal index is an exact inner-product index at its size.
 LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers", "onnxruntime")
@@ -64,55 +48,22 @@ LIBRARIES = ("torch", "transformers", "tokenizers", "sentence-transformers", "on
 
 @dataclass(frozen=True)
 class Speaker:
-    """A protocol's warm start: where it is shipped, and what of the protocol's module the tiny policy is trained
-    on and probed with (its tags and the functions its writing calls). The module's other parts (the interface
-    other runs ask of a protocol) can change without making the warm start stale."""
+    """A protocol's warm start and where it is shipped."""
 
     protocol: str
     shipped: Path
-    module: Path
-    tags: dict[str, str]
-    calls: tuple[str, ...]
 
 
 SPEAKERS = {
-    "r1-searcher": Speaker(
-        "r1-searcher",
-        SHIPPED,
-        ROOT / "searchrl/protocols/r1_searcher.py",
-        {name: getattr(r1_searcher, name) for name in ("THINK_OPEN", "THINK_CLOSE", "BEGIN_QUERY", "END_QUERY",
-                                                         "BEGIN_DOCS", "END_DOCS", "ANSWER_OPEN", "ANSWER_CLOSE")},
-        ("format_documents", "extract_answer", "_last_answer", "last_query", "clean_query"),
-    ),
-    "search-r1": Speaker(
-        "search-r1",
-        EXAMPLES / "tiny_policy_search_r1",
-        ROOT / "searchrl/protocols/search_r1.py",
-        {"PROMPT": search_r1.PROMPT, **{name: getattr(search_r1, name) for name in (
-            "THINK_OPEN", "THINK_CLOSE", "SEARCH_OPEN", "SEARCH_CLOSE", "DOCUMENTS_OPEN", "DOCUMENTS_CLOSE",
-            "ANSWER_OPEN", "ANSWER_CLOSE")}},
-        ("titled", "passage_entry", "documents_block", "_after", "search_query", "action", "policy_answer"),
-    ),
-}  # fmt: skip
+    "r1-searcher": Speaker("r1-searcher", SHIPPED),
+    "search-r1": Speaker("search-r1", EXAMPLES / "tiny_policy_search_r1"),
+}
 # The protocols whose stages start from R1-Searcher's warm start: their tags are not the tiny policy's.
 DEFAULT_SPEAKER = "r1-searcher"
 
 
 def speaker(protocol: str) -> Speaker:
     return SPEAKERS.get(protocol, SPEAKERS[DEFAULT_SPEAKER])
-
-
-def protocol_sources(path: Path, calls: tuple[str, ...]) -> list[str]:
-    """The source of each function in `calls`, read from the file as it is now (`inspect.getsource` reads
-    the file at the line a loaded module recorded, which is wrong once the file has been edited)."""
-    text = path.read_text(encoding="utf-8")
-    found = {
-        n.name: ast.get_source_segment(text, n) or "" for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)
-    }
-    missing = [name for name in calls if name not in found]
-    if missing:
-        raise ValueError(f"{path}: no function {', '.join(missing)}: update warm_start.SPEAKERS")
-    return [found[name] for name in calls]
 
 
 def library_versions() -> dict[str, str]:
@@ -126,17 +77,38 @@ def encoder_files() -> Path:
     return bundled_model_path()
 
 
-def inputs_hash(seed: int = Recipe().seed, protocol: str = DEFAULT_SPEAKER) -> str:
+@cache
+def _data_hash(protocol: str, seed: int, index: Path) -> str:
+    """Once a process: making the world retrieves every real question's documents (about 7 s with the encoder's
+    start-up), and drawing the curriculum's 147,200 episodes takes about 2 s."""
+    w = world(base_template(protocol), passage_retriever(index), WRITINGS[protocol])
+    return key.data_hash(w, Recipe(seed=seed))
+
+
+def inputs(seed: int = Recipe().seed, protocol: str = DEFAULT_SPEAKER, index: Path | None = None) -> dict:
+    """What a warm start in the protocol is made of today, part by part (searchrl/tiny_policy/key.py)."""
     who = speaker(protocol)
-    h = hashlib.sha256(f"seed={seed}\0protocol={who.protocol}".encode())
-    for path in INPUTS:
-        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
-    h.update(json.dumps(who.tags).encode())
-    for source in protocol_sources(who.module, who.calls) + protocol_sources(Path(__file__), BUILD_CALLS):
-        h.update(source.encode())
-    h.update(folder_sha256(encoder_files()).encode())
-    h.update(json.dumps(library_versions(), sort_keys=True).encode())
-    return h.hexdigest()[:16]
+    return {
+        "data": _data_hash(who.protocol, seed, index or rehearsal_index()),
+        "settings": key.settings_hash(Recipe(seed=seed)),
+        "training": key.training_hash(),
+        "encoder": folder_sha256(encoder_files()),
+        "libraries": library_versions(),
+    }
+
+
+# How a stale warm start's message names each part of its inputs.
+CHANGED = {
+    "data": "the curriculum's data (its episodes, documents or tokenizer texts)",
+    "settings": "the recipe",
+    "training": "the training functions (searchrl/tiny_policy/key.py: TRAINING)",
+    "encoder": "the encoder's files",
+    "libraries": "a library version",
+}
+
+
+def inputs_hash(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def folder_sha256(folder: Path, leave_out: tuple[str, ...] = ()) -> str:
@@ -174,10 +146,10 @@ def build_folder(
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
     template, writing = base_template(protocol), WRITINGS[speaker(protocol).protocol]
+    parts = inputs(seed, protocol, index)
     record = build(tmp, template, passage_retriever(index), Recipe(seed=seed), log, writing)
-    record = {"inputs_hash": inputs_hash(seed, protocol), "content_sha256": content_sha256(tmp),
-              "protocol": writing.PROTOCOL, "libraries": library_versions(),
-              "seconds": round(time.monotonic() - t0, 1), **record}  # fmt: skip
+    record = {"inputs_hash": inputs_hash(parts), "content_sha256": content_sha256(tmp), "protocol": writing.PROTOCOL,
+              "inputs": parts, "seconds": round(time.monotonic() - t0, 1), **record}  # fmt: skip
     (tmp / "build.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -195,18 +167,22 @@ class WarmStartError(ConfigError):
 
 
 def verify(protocol: str = DEFAULT_SPEAKER) -> dict:
-    """The shipped warm start's state: its record's hashes beside today's, and `problem` (None when usable)."""
+    """The shipped warm start's state: its record's hashes beside today's, and `problem` (None when usable), which
+    names the parts of its inputs that changed."""
     who = speaker(protocol)
     record = shipped_record(who.protocol)
-    inputs = inputs_hash(record.get("recipe", {}).get("seed", Recipe().seed), who.protocol)
+    parts = inputs(record.get("recipe", {}).get("seed", Recipe().seed), who.protocol)
+    today = inputs_hash(parts)
     content = content_sha256(who.shipped) if who.shipped.is_dir() else None
     problem = None
     if not record:
         problem = f"{who.shipped}/build.json is missing"
-    elif record.get("inputs_hash") != inputs:
+    elif record.get("inputs_hash") != today:
+        built = record.get("inputs") or {}
+        changed = [name for name in parts if built.get(name) != parts[name]] or ["the record"]
         problem = (
-            f"stale: built from inputs {record.get('inputs_hash')}, today's are {inputs} (the curriculum, "
-            "its data, the retriever, the build code or a library version changed)"
+            f"stale: built from inputs {record.get('inputs_hash')}, today's are {today}; changed since: "
+            f"{', '.join(CHANGED.get(name, name) for name in changed)}"
         )
     elif record.get("content_sha256") != content:
         problem = (
@@ -214,7 +190,7 @@ def verify(protocol: str = DEFAULT_SPEAKER) -> dict:
             "(weights or tokenizer replaced or edited)"
         )
     return {"protocol": who.protocol, "shipped": str(who.shipped), "built_from": record.get("inputs_hash"),
-            "inputs": inputs, "content": content, "problem": problem}  # fmt: skip
+            "inputs": today, "content": content, "problem": problem}  # fmt: skip
 
 
 def ensure(protocol: str = DEFAULT_SPEAKER) -> Path:

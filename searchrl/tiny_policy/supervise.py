@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tqdm import tqdm
@@ -59,6 +59,15 @@ def _loss(model: Any, batch: list[tuple[list[int], list[bool]]], pad: int, n_tra
     return torch.nn.functional.cross_entropy(logits.float(), labels[keep], reduction="sum") / n_trained
 
 
+def batches(world: World, recipe: Recipe) -> Iterator[tuple[int, list[Segments]]]:
+    """Every step's episodes, in the order training draws them, with the index of the step's phase: what the warm
+    start is trained on, and so what its key hashes (searchrl/tiny_policy/key.py)."""
+    rng = random.Random(recipe.seed + 1)
+    for i, phase in enumerate(recipe.phases):
+        for _ in range(phase.steps):
+            yield i, [episode(world, phase, rng) for _ in range(phase.batch)]
+
+
 def train(
     model: Any, tokenizer: Any, world: World, recipe: Recipe, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
@@ -66,36 +75,33 @@ def train(
     import torch
 
     torch.manual_seed(recipe.seed)
-    rng = random.Random(recipe.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
     model.train()
     t0, step, losses, phases = time.monotonic(), 0, [], []
     bar = tqdm(total=recipe.steps, desc="warm start", unit="step", mininterval=5, disable=None)
-    for phase in recipe.phases:
-        for _ in range(phase.steps):
-            batch = sorted(
-                encode(tokenizer, [episode(world, phase, rng) for _ in range(phase.batch)]), key=lambda e: len(e[0])
-            )
-            n_trained = sum(sum(m) for _, m in batch)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(recipe, step)
-            opt.zero_grad(set_to_none=True)
-            total = 0.0
-            for i in range(0, len(batch), recipe.micro_batch):
-                part = _loss(model, batch[i : i + recipe.micro_batch], tokenizer.pad_token_id, n_trained)
-                part.backward()
-                total += part.item()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(total)
-            step += 1
-            bar.update(1)
-            recent = sum(losses[-50:]) / len(losses[-50:])
-            bar.set_postfix(loss=f"{recent:.3f}", refresh=False)
-            if bar.disable and step % 50 == 0:  # no terminal (a log file): a line every few seconds instead
-                log(f"[warm start] step {step}/{recipe.steps} loss {recent:.3f} ({time.monotonic() - t0:.0f} s)")
-        phases.append({**phase.__dict__, "loss": round(sum(losses[-50:]) / len(losses[-50:]), 4)})
-        log(f"[warm start] phase {len(phases)}: {phases[-1]}")
+    for i, episodes in batches(world, recipe):
+        batch = sorted(encode(tokenizer, episodes), key=lambda e: len(e[0]))
+        n_trained = sum(sum(m) for _, m in batch)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(recipe, step)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for j in range(0, len(batch), recipe.micro_batch):
+            part = _loss(model, batch[j : j + recipe.micro_batch], tokenizer.pad_token_id, n_trained)
+            part.backward()
+            total += part.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(total)
+        step += 1
+        bar.update(1)
+        recent = sum(losses[-50:]) / len(losses[-50:])
+        bar.set_postfix(loss=f"{recent:.3f}", refresh=False)
+        if bar.disable and step % 50 == 0:  # no terminal (a log file): a line every few seconds instead
+            log(f"[warm start] step {step}/{recipe.steps} loss {recent:.3f} ({time.monotonic() - t0:.0f} s)")
+        if step == sum(p.steps for p in recipe.phases[: i + 1]):
+            phases.append({**recipe.phases[i].__dict__, "loss": round(recent, 4)})
+            log(f"[warm start] phase {len(phases)}: {phases[-1]}")
     bar.close()
     model.eval()
     return {"phases": phases, "steps": step, "seconds": round(time.monotonic() - t0, 1)}
