@@ -30,10 +30,10 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.tables import save  # noqa: E402
-from search_backend.encode.encoder import Encoder, passage_text  # noqa: E402
-from search_backend.encode.profiles import DEFAULT_MODEL  # noqa: E402
-from search_backend.index.build import GPU_BATCH, build  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
+from searchrl.search.encode.encoder import Encoder, passage_text  # noqa: E402
+from searchrl.search.encode.profiles import DEFAULT_MODEL  # noqa: E402
+from searchrl.search.index.build import GPU_BATCH, build  # noqa: E402
 
 
 def read_slice(path: Path, offset: int, limit: int) -> list[dict]:

@@ -25,10 +25,10 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from benchmarks.tables import save  # noqa: E402
-from search_backend.encode.encoder import Encoder  # noqa: E402
-from search_backend.index.build import build  # noqa: E402
-from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
+from searchrl.search.encode.encoder import Encoder  # noqa: E402
+from searchrl.search.index.build import build  # noqa: E402
+from searchrl.search.local_faiss import LocalFaissBackend  # noqa: E402
 
 BACKENDS = ("onnx", "onnx-int8", "torch")
 K = 10

@@ -498,7 +498,7 @@ def main() -> int:
             stop(proc)
 
     if not args.skip_search:
-        from search_backend.index.build import build
+        from searchrl.search.index.build import build
 
         index = args.work_dir / "index"
         if not (index / "manifest.json").exists():

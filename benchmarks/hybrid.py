@@ -22,11 +22,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from search_backend.bm25 import BM25Backend  # noqa: E402
-from search_backend.hybrid import HybridBackend, rrf_fuse  # noqa: E402
-from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
+from searchrl.search.bm25 import BM25Backend  # noqa: E402
+from searchrl.search.hybrid import HybridBackend, rrf_fuse  # noqa: E402
 from searchrl.search.index_settings import HybridConfig  # noqa: E402
+from searchrl.search.local_faiss import LocalFaissBackend  # noqa: E402
 
 KS = (1, 3, 5, 10)
 BATCH = 64

@@ -28,15 +28,15 @@ import numpy as np
 
 from benchmarks.scale import CENTRES, LATENT, rss, synthetic
 from benchmarks.tables import save
-from search_backend.index.index_types import compact_code_size
 from searchrl.paths import ROOT
+from searchrl.search.index.index_types import compact_code_size
 from searchrl.search.index_settings import DEFAULT_RERANK_DEPTH
 
 PROJECTIONS = {"search-r1 e5 (21M x 768)": (21_000_000, 768), "KILT bge-large (25M x 1024)": (25_000_000, 1024)}
 
 
 def make_flat(work: Path, n: int, dim: int, n_queries: int) -> Path:
-    from search_backend.index.faiss_import import faiss
+    from searchrl.search.index.faiss_import import faiss
 
     path = work / f"flat_{n}_{dim}.index"
     if path.is_file() and (work / "queries.npy").is_file():
@@ -54,10 +54,10 @@ def make_flat(work: Path, n: int, dim: int, n_queries: int) -> Path:
 
 def convert(flat: Path, out: Path, shard_size: int, train_size: int) -> dict:
     """What the import does after its row check: shards from the stored vectors, then the compact index."""
-    from search_backend.index.build import build_vector_index
-    from search_backend.index.faiss_index import effective_factory
-    from search_backend.index.importer import read_mapped, shards_from
-    from search_backend.index.index_types import default_factory
+    from searchrl.search.index.build import build_vector_index
+    from searchrl.search.index.faiss_index import effective_factory
+    from searchrl.search.index.importer import read_mapped, shards_from
+    from searchrl.search.index.index_types import default_factory
 
     before = rss()
     started = time.perf_counter()
@@ -86,8 +86,8 @@ def serve(kind: str, flat: Path, out: Path, work: Path) -> dict:
     """Open one index as the server does (a fresh process): resident memory, q/s, recall@10 against Flat."""
     import faiss
 
-    from search_backend.index.rerank_index import RerankIndex
-    from search_backend.index.shards import EmbeddingShards
+    from searchrl.search.index.rerank_index import RerankIndex
+    from searchrl.search.index.shards import EmbeddingShards
 
     queries, truth = np.load(work / "queries.npy"), np.load(work / "truth.npy")
     before = rss()
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         step = {"convert": lambda: convert(flat, out, args.shard_size, args.train_size)}.get(args.step)
         print(json.dumps(step() if step else serve(args.step, flat, out, work)))
         return 0
-    from search_backend.index.faiss_import import faiss
+    from searchrl.search.index.faiss_import import faiss
 
     work.mkdir(parents=True, exist_ok=True)
     make_flat(work, args.n, args.dim, args.queries)

@@ -48,7 +48,7 @@ def kept(got: list[list[str]], want: list[list[str]]) -> float:
 
 
 def case(name: str, out: Path, manifest: dict, seconds: float, questions: list[str], exact: list[list[str]]) -> dict:
-    from search_backend.local_faiss import LocalFaissBackend
+    from searchrl.search.local_faiss import LocalFaissBackend
 
     tuned = LocalFaissBackend(out, encoder_backend="torch")
     before = LocalFaissBackend(out, encoder_backend="torch", **BEFORE)
@@ -79,11 +79,11 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/index_recall.json")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from search_backend.encode.encoder import Encoder
-    from search_backend.encode.profiles import PROFILES, bundled_model_path
-    from search_backend.index.build import build
-    from search_backend.index.faiss_import import faiss
-    from search_backend.index.importer import import_index
+    from searchrl.search.encode.encoder import Encoder
+    from searchrl.search.encode.profiles import PROFILES, bundled_model_path
+    from searchrl.search.index.build import build
+    from searchrl.search.index.faiss_import import faiss
+    from searchrl.search.index.importer import import_index
 
     model = str(bundled_model_path())
     rows = passages(args.passages)

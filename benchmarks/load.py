@@ -297,8 +297,8 @@ def distinct_questions(count: int) -> list[str]:
 
 
 def search_load(args: argparse.Namespace, work: Path) -> list[dict]:
-    from search_backend.index.build import build
-    from search_backend.local_faiss import LocalFaissBackend
+    from searchrl.search.index.build import build
+    from searchrl.search.local_faiss import LocalFaissBackend
 
     index = work / "index"
     build(ROOT / "examples/mini_corpus.jsonl", "jsonl", index)
@@ -472,8 +472,8 @@ def search_restarts(args: argparse.Namespace, work: Path) -> list[dict[str, Any]
     """`--search-requests` distinct searches at the top concurrency through `HttpSearchBackend` as configured by
     default, the retrieval server (real index, encoder loaded at start) killed -9 once a fifth are answered and
     started again after each of `--search-outages-s` (its model load comes on top)."""
-    from search_backend.index.build import build
-    from search_backend.local_faiss import LocalFaissBackend
+    from searchrl.search.index.build import build
+    from searchrl.search.local_faiss import LocalFaissBackend
 
     index = work / "index"
     build(ROOT / "examples/mini_corpus.jsonl", "jsonl", index)

@@ -124,7 +124,7 @@ def summary(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def measure(records: list[dict[str, Any]], rounds: int, work: Path) -> dict[str, Any]:
-    from search_backend.index.build import build
+    from searchrl.search.index.build import build
     from searchrl.tiny_policy.model import build_tokenizer
 
     index = work / "index"

@@ -50,9 +50,9 @@ def load_file(path: Path, name: str) -> types.ModuleType:
 
 def corpus_rows(index_dir: Path) -> tuple[list[Any], Path, str]:
     """The index's passages in row order, its FAISS file and the model path."""
-    from search_backend.encode.profiles import resolve_model
-    from search_backend.index.layout import INDEX_FILE, STORE_DIR, load_manifest
-    from search_backend.index.store import PassageStore
+    from searchrl.search.encode.profiles import resolve_model
+    from searchrl.search.index.layout import INDEX_FILE, STORE_DIR, load_manifest
+    from searchrl.search.index.store import PassageStore
 
     manifest = load_manifest(index_dir)
     store = PassageStore(index_dir / manifest["files"].get("store", STORE_DIR))
@@ -126,14 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("peer", choices=PEERS)
     p.add_argument("--file", type=Path, required=True, help="the peer's server file, from a clone of its repository")
-    p.add_argument("--index", type=Path, required=True, help="index directory made by search_backend.index.build")
+    p.add_argument("--index", type=Path, required=True, help="index directory made by searchrl.search.index.build")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--threads", type=int, help="torch and FAISS CPU threads (default: theirs, as the peer ships)")
     args = p.parse_args(argv)
     if not args.file.is_file():
         raise SystemExit(f"--file {args.file}: not found; give the path of the peer's server file in a clone")
     if args.threads:
-        from search_backend.index.cpu_threads import set_threads
+        from searchrl.search.index.cpu_threads import set_threads
 
         set_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="searchrl-peer-") as work:

@@ -29,14 +29,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from tqdm import tqdm  # noqa: E402
 
 from benchmarks.loadgen import LoadResult, closed_loop, cpu_seconds, process_tree  # noqa: E402
-from search_backend.index.build import build  # noqa: E402
-from search_backend.index.cpu_threads import SPIN_COUNT  # noqa: E402
-from search_backend.index.faiss_import import faiss  # noqa: E402
-from search_backend.index.faiss_index import build_faiss_index, effective_factory, set_search_params  # noqa: E402
-from search_backend.index.layout import EMBED_DIR  # noqa: E402
-from search_backend.local_faiss import LocalFaissBackend  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
 from searchrl.process import free_port  # noqa: E402
+from searchrl.search.index.build import build  # noqa: E402
+from searchrl.search.index.cpu_threads import SPIN_COUNT  # noqa: E402
+from searchrl.search.index.faiss_import import faiss  # noqa: E402
+from searchrl.search.index.faiss_index import build_faiss_index, effective_factory, set_search_params  # noqa: E402
+from searchrl.search.index.layout import EMBED_DIR  # noqa: E402
+from searchrl.search.local_faiss import LocalFaissBackend  # noqa: E402
 
 FACTORIES = ["Flat", "HNSW32", "IVF4096,SQ8", "IVF4096,PQ64", "IVF4096,PQ96"]
 FULL_KILT_PASSAGES = 25_000_000
@@ -57,7 +57,7 @@ def recall_of_target(rows: np.ndarray, targets: np.ndarray, k: int) -> float:
 
 
 def encode_rate(backend: LocalFaissBackend, n: int = 256) -> float:
-    from search_backend.encode.encoder import passage_text
+    from searchrl.search.encode.encoder import passage_text
 
     texts = [passage_text(backend.store.title(r), backend.store.text(r)) for r in range(min(n, len(backend.store)))]
     backend.encoder.encode_passages(texts[:32])
@@ -351,7 +351,7 @@ IDLE_PAUSE_S = 0.001
 def in_process_worker(index_dir: Path, queries_file: Path, threads: int) -> None:
     """A process of its own per thread count, set once at start as the server sets it: each stdin line
     `BATCH SECONDS` is answered with the queries/s of one block."""
-    from search_backend.index.cpu_threads import set_threads
+    from searchrl.search.index.cpu_threads import set_threads
 
     set_threads(threads)
     backend = LocalFaissBackend(index_dir)
@@ -370,7 +370,7 @@ class InProcess:
         cmd = [sys.executable, "-m", "benchmarks.retrieval", "--kiltmini", str(args.kiltmini), "--index-worker"]
         cmd += [str(index_dir), "--queries", str(args.queries), "--in-process-threads", str(threads)]
         self.threads = threads
-        # The OpenMP spin count our server sets itself (search_backend/index/cpu_threads.py); the peers keep theirs.
+        # The OpenMP spin count our server sets itself (searchrl/search/index/cpu_threads.py); the peers keep theirs.
         env = {**os.environ, "GOMP_SPINCOUNT": SPIN_COUNT}
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
@@ -396,8 +396,8 @@ def medians(table: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, flo
 def compare_servers(index_dir: Path, queries: list[str], args: argparse.Namespace) -> dict:
     """Interleaved blocks, every round: each level in turn, and at each level every target once (the order
     rotating from round to round) plus the in-process rate at the batch that level allows."""
-    from search_backend.index.layout import STORE_DIR
-    from search_backend.index.store import PassageStore
+    from searchrl.search.index.layout import STORE_DIR
+    from searchrl.search.index.store import PassageStore
 
     passages = len(PassageStore(index_dir / STORE_DIR))
     thread_counts = args.in_process_threads or sorted({1, torch_threads()})

@@ -175,7 +175,7 @@ def multi_query_modes(url: str, records, episodes: int) -> dict:
 
 
 def batching(records, episodes: int, out_dir: Path) -> dict:
-    from search_backend.index.build import build
+    from searchrl.search.index.build import build
     from searchrl.tiny_policy.model import build_tokenizer
 
     index = out_dir / "index"

@@ -32,9 +32,9 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from search_backend.index.index_types import compact_code_size, top_k  # noqa: E402
-from search_backend.index.shards import EmbeddingShards, write_shard  # noqa: E402
 from searchrl.paths import ROOT  # noqa: E402
+from searchrl.search.index.index_types import compact_code_size, top_k  # noqa: E402
+from searchrl.search.index.shards import EmbeddingShards, write_shard  # noqa: E402
 from searchrl.search.index_settings import DEFAULT_RERANK_DEPTH  # noqa: E402
 
 TYPES = ["flat", "ivf-sq8", "compact", "exact"]
@@ -125,7 +125,7 @@ def trained(work: Path, kind: str, paths: list[Path], dim: int, nlist: int) -> t
     """The trained, empty IVF index of `kind` (trained once, reused for every N)."""
     import faiss
 
-    from search_backend.index.faiss_index import training_sample
+    from searchrl.search.index.faiss_index import training_sample
 
     path = work / f"trained_{kind}_{nlist}.faiss"
     record = path.with_suffix(".json")
@@ -182,8 +182,8 @@ def serve_point(kind: str, n: int, work: Path, exact_queries: int) -> dict:
     import faiss
     import torch  # noqa: F401  (imported before the baseline: its own memory is not the index's)
 
-    from search_backend.index.rerank_index import RerankIndex
-    from search_backend.index.torch_exact import ShardedExactIndex
+    from searchrl.search.index.rerank_index import RerankIndex
+    from searchrl.search.index.torch_exact import ShardedExactIndex
 
     folder = work / "data"
     paths = sorted(folder.glob("shard_*.npy"))[: (n + SHARD_ROWS - 1) // SHARD_ROWS]
@@ -249,12 +249,12 @@ def kiltmini(index_dir: Path, queries_file: Path, work: Path) -> dict:
     """Each type over kiltmini's MiniLM shards, scored against Flat on kiltmini's real queries."""
     import faiss
 
-    from search_backend.index.faiss_index import build_faiss_index, effective_factory
-    from search_backend.index.index_types import compact_factory
-    from search_backend.index.rerank_index import RerankIndex
-    from search_backend.index.shards import shard_paths
-    from search_backend.index.torch_exact import ShardedExactIndex
-    from search_backend.local_faiss import LocalFaissBackend
+    from searchrl.search.index.faiss_index import build_faiss_index, effective_factory
+    from searchrl.search.index.index_types import compact_factory
+    from searchrl.search.index.rerank_index import RerankIndex
+    from searchrl.search.index.shards import shard_paths
+    from searchrl.search.index.torch_exact import ShardedExactIndex
+    from searchrl.search.local_faiss import LocalFaissBackend
 
     backend = LocalFaissBackend(index_dir)
     manifest = backend.manifest

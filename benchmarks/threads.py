@@ -4,7 +4,7 @@ Two measurements, in processes of their own (a thread count and libgomp's spin c
 alternating blocks, medians:
 
 - one fewer thread than the cores against every core, beside another process that keeps a share of one core busy
-  (0 to 1 core): where every core stops paying is LEND_BELOW in search_backend/index/cpu_threads.py;
+  (0 to 1 core): where every core stops paying is LEND_BELOW in searchrl/search/index/cpu_threads.py;
 - every core with libgomp's default spin count against SPIN_COUNT, back to back and with idle time between calls
   (what a server answering one query at a time sees between requests), with the CPU each query costs.
 
@@ -37,7 +37,7 @@ def worker(threads: int, batch: int) -> None:
     `queries/s CPU-ms-per-query` of one block (the idle time between calls is not counted in the rate)."""
     import torch
 
-    from search_backend.encode.encoder import Encoder
+    from searchrl.search.encode.encoder import Encoder
 
     torch.set_num_threads(threads)
     encoder = Encoder()
@@ -107,7 +107,7 @@ def medians(samples: dict[str, list[tuple[float, float]]]) -> dict[str, dict[str
 
 def beside_other_load(cores: int, batches: list[int], args: argparse.Namespace) -> dict:
     """Queries/s at cores - 1 and at every core beside a process keeping a share of one core busy."""
-    from search_backend.index.cpu_threads import SPIN_COUNT
+    from searchrl.search.index.cpu_threads import SPIN_COUNT
 
     out: dict[str, dict] = {}
     for batch in batches:
@@ -143,7 +143,7 @@ def beside_other_load(cores: int, batches: list[int], args: argparse.Namespace) 
 
 def spin_counts(cores: int, args: argparse.Namespace) -> dict:
     """Every core, libgomp's default spin count against SPIN_COUNT, back to back and with idle between calls."""
-    from search_backend.index.cpu_threads import SPIN_COUNT
+    from searchrl.search.index.cpu_threads import SPIN_COUNT
 
     out: dict[str, dict] = {}
     for batch in (1, 16):

@@ -26,9 +26,9 @@ from pathlib import Path
 from eval.resume import search_identity  # noqa: E402
 from eval.runner import add_generation_args, run_all  # noqa: E402
 from eval.suites import SUITES, suite_specs  # noqa: E402
-from search_backend.backends import SearchConfig, open_backend  # noqa: E402
 from searchrl.config import ConfigError, load  # noqa: E402
 from searchrl.jsonl import RecordError  # noqa: E402
+from searchrl.search.backends import SearchConfig, open_backend  # noqa: E402
 from searchrl.search.base import SearchError  # noqa: E402
 
 # An evaluation is watched, and a question whose search failed is redone by the next run: it gives up sooner than
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         help="for --suite: FlashRAG's files downloaded here (<set>/<split>.jsonl) instead of read from the hub",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--index", help="a local index directory (search_backend.index.build)")
+    src.add_argument("--index", help="a local index directory (searchrl.search.index.build)")
     src.add_argument("--search-url", default="http://127.0.0.1:8002", help="retrieval server(s), comma-separated")
     src.add_argument("--search", help="a YAML file holding a search config (backend, urls or index_dir, ...)")
     p.add_argument(

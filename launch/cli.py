@@ -22,9 +22,9 @@ class Command(NamedTuple):
 
 
 COMMANDS: dict[str, Command] = {
-    "index build": Command("search_backend.index.build", "main", "build a search index (dense, BM25) from a corpus"),
+    "index build": Command("searchrl.search.index.build", "main", "build a search index (dense, BM25) from a corpus"),
     "index import": Command(
-        "search_backend.index.importer", "main", "serve Search-R1's or R1-Searcher's index files without re-encoding"
+        "searchrl.search.index.importer", "main", "serve Search-R1's or R1-Searcher's index files without re-encoding"
     ),
     "search serve": Command("search_backend.serve.app", "main", "serve an index over HTTP (the retrieval server)"),
     "search query": Command("search_backend.search", "main", "search an index from the shell, one-shot"),

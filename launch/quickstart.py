@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from search_backend.index.build import build
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
+from searchrl.search.index.build import build
 from searchrl.tiny_policy.model import build_model, build_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

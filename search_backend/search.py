@@ -12,7 +12,7 @@ from searchrl.search.settings import INDEX_BACKENDS
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="searchrl search query", description=__doc__)
-    p.add_argument("--index", required=True, help="index directory made by search_backend.index.build")
+    p.add_argument("--index", required=True, help="index directory made by searchrl.search.index.build")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--query", help="one query")
     source.add_argument("--queries", type=Path, help="text file, one query per line")
@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # The factory imports every backend, FAISS with them: `--help` and a mistyped flag answer without that load.
-    from search_backend.backends import SearchConfig, open_backend
+    from searchrl.search.backends import SearchConfig, open_backend
 
     if args.query is not None:
         queries = [args.query]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from search_backend.encode.profiles import bundled_model_path
 from searchrl.paths import ROOT
+from searchrl.search.encode.profiles import bundled_model_path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -100,7 +100,7 @@ def cls_model(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def mini_index(tmp_path_factory) -> Path:
     """The quickstart's index over the bundled mini corpus, built once per test run."""
-    from search_backend.index.build import build
+    from searchrl.search.index.build import build
 
     return shared_index("mini_index", lambda out: build(ROOT / "examples/mini_corpus.jsonl", "jsonl", out))
 

@@ -393,7 +393,7 @@ def pages_app(redirect_to: dict[str, str] | None = None) -> FastAPI:
 
 def web_backend(provider: str, url: str, **options: Any) -> Any:
     """A WebSearchBackend on a loopback fake: no rate limit, fast backoff, unless `options` say otherwise."""
-    from search_backend.web import PROVIDERS, WebSearchBackend
+    from searchrl.search.web import PROVIDERS, WebSearchBackend
 
     settings: dict[str, Any] = {
         "rate_limit_per_s": None,

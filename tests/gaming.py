@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.gaming", description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="exit 1 when docs/REWARDS.md differs from a fresh run")
     args = p.parse_args(argv)
-    from search_backend.index.build import build
+    from searchrl.search.index.build import build
 
     with tempfile.TemporaryDirectory(prefix="searchrl-gaming-") as tmp:
         index = Path(tmp) / "index"

@@ -29,9 +29,19 @@ LAYERS = (
     "searchrl.rehearsal.cpu",
     # The libraries: the search interface, the reward, the search backends, routing, the stage and the episode.
     "searchrl.search",
+    # The search library above its interface: encoders, the index, web providers, the backends by name.
+    # One layer of several packages (BM25 opens an index folder; the index build writes BM25's).
+    (
+        "searchrl.search.encode",
+        "searchrl.search.bm25",
+        "searchrl.search.index",
+        "searchrl.search.web",
+        "searchrl.search.local_faiss",
+        "searchrl.search.hybrid",
+        "searchrl.search.backends",
+    ),
     "searchrl.protocols",
     "searchrl.reward",
-    "search_backend",
     "searchrl.routing",
     "searchrl.stage",
     "searchrl.rollout",
@@ -42,7 +52,7 @@ LAYERS = (
     "searchrl.tiny_policy",
     "searchrl.job",
     # The services: no library imports them.
-    "search_backend.serve",
+    "search_backend",
     "reward_server",
     "eval",
     "searchrl.rehearsal",
@@ -79,8 +89,15 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return found
 
 
-def layer_of(module: str) -> str:
-    return max((layer for layer in LAYERS if module == layer or module.startswith(layer + ".")), key=len)
+def prefixes(layer: str | tuple[str, ...]) -> tuple[str, ...]:
+    """A layer's packages: one, or several side by side (a tuple)."""
+    return (layer,) if isinstance(layer, str) else layer
+
+
+def layer_of(module: str) -> str | tuple[str, ...]:
+    """The layer of the longest package prefix that holds `module`."""
+    held = [(p, layer) for layer in LAYERS for p in prefixes(layer) if module == p or module.startswith(p + ".")]
+    return max(held, key=lambda found: len(found[0]))[1]
 
 
 def _guarded_by_main(node: ast.If) -> bool:
@@ -107,7 +124,7 @@ DYNAMIC_LOADS = {
     ("searchrl/rehearsal/job.py", "spec_from_file_location"): "an agent file by path, as OpenRLHF's actor does",
     ("searchrl/rehearsal/cpu/launch.py", "run_module"): "an OpenRLHF entry module, under the CPU layer",
     ("searchrl/rehearsal/cpu/deepspeed_ops.py", "import_module"): "a DeepSpeed module (a literal, not ours)",
-    ("search_backend/encode/onnx_encoder.py", "__import__"): "an optional library, to report it missing",
+    ("searchrl/search/encode/onnx_encoder.py", "__import__"): "an optional library, to report it missing",
     ("launch/cli.py", "import_module"): "the command table's modules: edges of launch.cli (cli_edges)",
     ("benchmarks/peers.py", "spec_from_file_location"): "a peer project's file, measured beside ours",
 }
@@ -295,7 +312,7 @@ def test_every_package_has_a_layer() -> None:
     folders = {p.name for p in ROOT.iterdir() if p.is_dir() and any(p.glob("*.py")) and p.name != "tests"}
     assert folders <= TOP_LEVEL, f"a new top-level package {sorted(folders - TOP_LEVEL)}: put it under searchrl/"
     for top in TOP_LEVEL:
-        assert top in LAYERS or any(layer.startswith(top + ".") for layer in LAYERS), top
+        assert any(p == top or p.startswith(top + ".") for layer in LAYERS for p in prefixes(layer)), top
     for module in modules():
         assert layer_of(module), module
 

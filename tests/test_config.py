@@ -119,8 +119,8 @@ def test_reward_spec_from_preset_or_config(tmp_path):
 
 def test_backend_names_come_from_one_list():
     """The `search:` schema, a stage's search, the retrieval server and the opener all read BACKEND_NAMES."""
-    from search_backend.backends import BACKENDS
     from search_backend.serve.app import ServerConfig
+    from searchrl.search.backends import BACKENDS
     from searchrl.search.settings import BACKEND_NAMES, INDEX_BACKENDS, SearchConfig
     from searchrl.stage.search import StageSearchConfig
 

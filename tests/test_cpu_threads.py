@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from search_backend.index import cpu_threads
-from search_backend.index.cpu_threads import LEND_BELOW, OtherLoad, ThreadPolicy
-from search_backend.index.faiss_import import faiss
 from search_backend.serve.app import ServerConfig, create_app, parser, threads_arg
+from searchrl.search.index import cpu_threads
+from searchrl.search.index.cpu_threads import LEND_BELOW, OtherLoad, ThreadPolicy
+from searchrl.search.index.faiss_import import faiss
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import fixture_backend
 

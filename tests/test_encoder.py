@@ -17,7 +17,7 @@ QUERIES = (FIXTURES / "search/queries_1000.txt").read_text(encoding="utf-8").spl
 
 @functools.cache
 def encoder():
-    from search_backend.encode.encoder import Encoder
+    from searchrl.search.encode.encoder import Encoder
 
     return Encoder(backend="torch")
 
@@ -90,9 +90,9 @@ def test_a_batch_runs_shortest_first_in_near_equal_chunks(size, expected, monkey
 def test_forward_batch_is_a_setting_of_the_index_and_the_server(monkeypatch):
     import uvicorn
 
-    from search_backend.backends import SearchConfig
-    from search_backend.local_faiss import LocalFaissBackend
     from search_backend.serve import app as serve_module
+    from searchrl.search.backends import SearchConfig
+    from searchrl.search.local_faiss import LocalFaissBackend
     from tests.test_search_fixtures import fixture_index
 
     enc = encoder()
@@ -116,7 +116,7 @@ def test_forward_batch_is_a_setting_of_the_index_and_the_server(monkeypatch):
 def test_the_unused_pooler_is_dropped_and_the_vectors_stay_those_of_the_untouched_model():
     from sentence_transformers import SentenceTransformer
 
-    from search_backend.encode.profiles import resolve_model
+    from searchrl.search.encode.profiles import resolve_model
 
     enc = encoder()
     assert enc.pooler_dropped and enc.model[0].auto_model.pooler is None
@@ -128,7 +128,7 @@ def test_the_unused_pooler_is_dropped_and_the_vectors_stay_those_of_the_untouche
 
 
 def test_a_pooler_that_changes_the_vectors_is_kept(monkeypatch):
-    from search_backend.encode.encoder import Encoder
+    from searchrl.search.encode.encoder import Encoder
 
     # A model whose output reads its pooler: the probe differs without it, so it stays.
     real = Encoder._forward

@@ -72,6 +72,6 @@ def test_health_figure_draws_thresholds_and_labels_axes():
 
 def test_faiss_loader_noise_is_silenced():
     # Any command that configures logging before faiss loads printed the swigfaiss_avx2 INFO line.
-    code = "import logging; logging.basicConfig(level=logging.INFO); import search_backend.index.faiss_index"
+    code = "import logging; logging.basicConfig(level=logging.INFO); import searchrl.search.index.faiss_index"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0 and "faiss.loader" not in out.stderr, out.stderr

@@ -119,10 +119,10 @@ def test_reward_server_gone_for_good_fails_within_the_deadline():
 def test_build_crashing_while_writing_the_index_is_never_loaded_and_resumes(tmp_path, monkeypatch):
     import shutil
 
-    import search_backend.index.faiss_index as faiss_index
-    from search_backend.index.build import build
-    from search_backend.index.layout import IndexValidationError
-    from search_backend.local_faiss import LocalFaissBackend
+    import searchrl.search.index.faiss_index as faiss_index
+    from searchrl.search.index.build import build
+    from searchrl.search.index.layout import IndexValidationError
+    from searchrl.search.local_faiss import LocalFaissBackend
     from tests.test_search_fixtures import build_kwargs, fixture_index
 
     reference = fixture_index()
@@ -326,7 +326,7 @@ def test_retrieval_server_down_5s_mid_burst_at_concurrency_1000_loses_no_search(
     server is killed once 300 are answered and started again 5 s later (past the 3.5 s that four quick tries
     used to cover, when 2,065 of 3,000 searches were lost): every search is answered, right, and none waited
     for the 60 s request timeout."""
-    from search_backend.backends import SearchConfig, open_backend
+    from searchrl.search.backends import SearchConfig, open_backend
 
     port = free_port()
     queries = [f"distinct question number {i}" for i in range(3000)]
@@ -380,7 +380,7 @@ def test_retrieval_server_down_5s_mid_burst_at_concurrency_1000_loses_no_search(
 def test_a_search_deadline_rides_out_30_s_and_then_fails_loudly():
     """The default deadline outlasts a 30 s restart; a server gone for good fails each search at the deadline
     (here 2 s), not before, with a SearchError naming it."""
-    from search_backend.backends import SearchConfig
+    from searchrl.search.backends import SearchConfig
     from searchrl.search.base import SearchError
 
     assert SearchConfig().deadline_s >= 30 and SearchConfig().retries is None

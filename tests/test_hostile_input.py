@@ -28,11 +28,11 @@ from reward_server.app import create_app as create_reward_app
 from search_backend.serve.app import SearchService, ServerConfig
 from search_backend.serve.app import create_app as create_search_app
 from search_backend.serve.batching import MicroBatcher
-from search_backend.web import FetchPolicy, FetchRefusedError, fetch_page
-from search_backend.web.fetch import Page
 from searchrl import metrics
 from searchrl.protocols.r1_searcher import _match_ignoring_space, split_solution
 from searchrl.reward.spec import STAGE2_ANSWER
+from searchrl.search.web import FetchPolicy, FetchRefusedError, fetch_page
+from searchrl.search.web.fetch import Page
 from searchrl.server import Limits, RequestError, uvicorn_options
 from tests.conftest import ROOT, serve
 from tests.test_search_fixtures import fixture_backend

@@ -15,12 +15,12 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from launch.cli import main as cli_main
-from search_backend.encode.profiles import bundled_model_path
-from search_backend.index.faiss_import import faiss
-from search_backend.index.importer import IndexImportError, import_index
-from search_backend.index.importer import main as import_main
-from search_backend.local_faiss import LocalFaissBackend
 from search_backend.serve.app import ServerConfig, create_app
+from searchrl.search.encode.profiles import bundled_model_path
+from searchrl.search.index.faiss_import import faiss
+from searchrl.search.index.importer import IndexImportError, import_index
+from searchrl.search.index.importer import main as import_main
+from searchrl.search.local_faiss import LocalFaissBackend
 from tests.conftest import FIXTURES, serve
 
 PASSAGES = [json.loads(line) for line in (FIXTURES / "search/kiltmini_passages.jsonl").open(encoding="utf-8")][:160]

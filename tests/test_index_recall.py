@@ -11,15 +11,15 @@ import httpx
 import numpy as np
 import pytest
 
-from search_backend.encode.profiles import bundled_model_path
-from search_backend.index import recall
-from search_backend.index.build import build
-from search_backend.index.build import main as build_main
-from search_backend.index.faiss_import import faiss
-from search_backend.index.importer import import_index
-from search_backend.local_faiss import LocalFaissBackend
 from search_backend.serve.app import ServerConfig, create_app
 from searchrl.paths import ROOT
+from searchrl.search.encode.profiles import bundled_model_path
+from searchrl.search.index import recall
+from searchrl.search.index.build import build
+from searchrl.search.index.build import main as build_main
+from searchrl.search.index.faiss_import import faiss
+from searchrl.search.index.importer import import_index
+from searchrl.search.local_faiss import LocalFaissBackend
 from tests.conftest import FIXTURES, serve
 from tests.test_import_index import embed, faiss_file, search_r1_contents
 

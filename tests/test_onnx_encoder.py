@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from search_backend.encode import encoder as encoder_module
-from search_backend.encode import onnx_encoder
-from search_backend.encode.encoder import Encoder
-from search_backend.encode.profiles import DEFAULT_MODEL, PROFILES, bundled_model_path
-from search_backend.index.build import build
-from search_backend.local_faiss import LocalFaissBackend
 from search_backend.serve.app import parser as serve_parser
+from searchrl.search.encode import encoder as encoder_module
+from searchrl.search.encode import onnx_encoder
+from searchrl.search.encode.encoder import Encoder
+from searchrl.search.encode.profiles import DEFAULT_MODEL, PROFILES, bundled_model_path
+from searchrl.search.index.build import build
 from searchrl.search.index_settings import IndexSettings
+from searchrl.search.local_faiss import LocalFaissBackend
 from tests.conftest import FIXTURES
 
 QUERIES = [json.loads(line)["query"] for line in (FIXTURES / "search/kiltmini_queries.jsonl").open()]
@@ -72,7 +72,7 @@ def test_auto_picks_onnx_on_cpu_and_the_export_is_made_once(cache):
 
 def test_a_failed_check_falls_back_to_pytorch_with_the_reason(monkeypatch, caplog):
     monkeypatch.setattr(encoder_module, "ONNX_TOLERANCE", 0.0)
-    with caplog.at_level(logging.WARNING, logger="search_backend.encode.encoder"):
+    with caplog.at_level(logging.WARNING, logger="searchrl.search.encode.encoder"):
         enc = Encoder(backend="onnx")
     assert enc.backend == "torch" and enc.onnx is None
     assert "differ from PyTorch's" in caplog.text and "using PyTorch" in caplog.text

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from search_backend.index.build import main as build_main
-from search_backend.index.corpus import CorpusReport, TooManyBadLines, read_corpus, read_text
+from searchrl.search.index.build import main as build_main
+from searchrl.search.index.corpus import CorpusReport, TooManyBadLines, read_corpus, read_text
 from tests.test_search_fixtures import KILT_SAMPLE
 
 

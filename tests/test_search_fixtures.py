@@ -37,7 +37,7 @@ def build_kwargs() -> dict:
 @functools.cache
 def fixture_index() -> Path:
     """The kiltmini-slice index (Flat, MiniLM), built once per test run (tests.conftest.shared_index)."""
-    from search_backend.index.build import build
+    from searchrl.search.index.build import build
     from tests.conftest import shared_index
 
     return shared_index("fixture_index", lambda out: build(out=out, **build_kwargs()))
@@ -45,7 +45,7 @@ def fixture_index() -> Path:
 
 @functools.cache
 def fixture_backend():
-    from search_backend.local_faiss import LocalFaissBackend
+    from searchrl.search.local_faiss import LocalFaissBackend
 
     return LocalFaissBackend(fixture_index())
 

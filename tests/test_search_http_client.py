@@ -4,9 +4,9 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from search_backend.backends import SearchConfig, open_backend
 from search_backend.serve.app import ServerConfig, create_app
 from searchrl.process import free_port
+from searchrl.search.backends import SearchConfig, open_backend
 from searchrl.search.base import Passage, SearchError
 from searchrl.search.http_client import HttpSearchBackend
 from tests.conftest import serve as running_server

@@ -10,14 +10,14 @@ import httpx
 import numpy as np
 import pytest
 
-from search_backend.backends import SearchConfig, open_backend
-from search_backend.bm25 import BM25Backend
-from search_backend.hybrid import HybridBackend, rrf_fuse
-from search_backend.index.build import build
-from search_backend.index.layout import IndexValidationError
-from search_backend.local_faiss import LocalFaissBackend
 from search_backend.serve.app import ServerConfig, create_app
+from searchrl.search.backends import SearchConfig, open_backend
+from searchrl.search.bm25 import BM25Backend
+from searchrl.search.hybrid import HybridBackend, rrf_fuse
+from searchrl.search.index.build import build
+from searchrl.search.index.layout import IndexValidationError
 from searchrl.search.index_settings import HybridConfig
+from searchrl.search.local_faiss import LocalFaissBackend
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import build_kwargs, fixture_backend, fixture_index, fixture_queries, scratch_dir
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from search_backend.backends import SearchConfig, open_backend
-from search_backend.index.layout import IndexValidationError
-from search_backend.local_faiss import LocalFaissBackend
 from searchrl.paths import ROOT
+from searchrl.search.backends import SearchConfig, open_backend
 from searchrl.search.base import Passage
+from searchrl.search.index.layout import IndexValidationError
+from searchrl.search.local_faiss import LocalFaissBackend
 from tests.test_search_fixtures import (
     PASSAGES,
     fixture_backend,
@@ -69,7 +69,7 @@ def test_killed_build_resumes_to_an_identical_index(tmp_path):
     corpus.write_text("".join(PASSAGES.read_text().splitlines(keepends=True)[:90]))
 
     def command(out: Path) -> list[str]:
-        return [sys.executable, "-m", "search_backend.index.build", "--corpus", str(corpus), "--format", "jsonl",
+        return [sys.executable, "-m", "searchrl.search.index.build", "--corpus", str(corpus), "--format", "jsonl",
                 "--out", str(out), "--shard-size", "30", "--batch-size", "15"]  # fmt: skip
 
     reference = tmp_path / "reference"
@@ -143,10 +143,10 @@ def test_missing_manifest_means_unfinished(index_copy):
         LocalFaissBackend(index_copy, encoder=fixture_backend().encoder)
 
 
-@pytest.mark.parametrize("module", ["index.build", "search", "serve"])
+@pytest.mark.parametrize("module", ["searchrl.search.index.build", "search_backend.search", "search_backend.serve"])
 def test_cli_help(module):
     done = subprocess.run(
-        [sys.executable, "-m", f"search_backend.{module}", "--help"],
+        [sys.executable, "-m", module, "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -154,7 +154,7 @@ def test_cli_help(module):
     )
     assert done.returncode == 0
     assert "usage:" in done.stdout
-    assert ("--corpus" if module == "index.build" else "--index") in done.stdout
+    assert ("--corpus" if module.endswith("index.build") else "--index") in done.stdout
 
 
 def test_search_cli_prints_one_json_line_per_query(tmp_path):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from search_backend.index import torch_exact
-from search_backend.index.faiss_index import build_faiss_index
-from search_backend.index.index_types import compact_factory, default_factory, top_k
-from search_backend.index.rerank_index import RerankIndex
-from search_backend.index.shards import EmbeddingShards, split_ranges, write_shard
-from search_backend.index.torch_exact import ShardedExactIndex, device_slices
+from searchrl.search.index import torch_exact
+from searchrl.search.index.faiss_index import build_faiss_index
+from searchrl.search.index.index_types import compact_factory, default_factory, top_k
+from searchrl.search.index.rerank_index import RerankIndex
+from searchrl.search.index.shards import EmbeddingShards, split_ranges, write_shard
+from searchrl.search.index.torch_exact import ShardedExactIndex, device_slices
 
 DIM = 32
 

@@ -14,10 +14,10 @@ import httpx
 import numpy as np
 import pytest
 
-import search_backend.index.build as build_index
-from search_backend.index.build import BuildError, build, resolve_devices
-from search_backend.index.layout import IndexValidationError, read_json, write_json_atomic
-from search_backend.local_faiss import LocalFaissBackend
+import searchrl.search.index.build as build_index
+from searchrl.search.index.build import BuildError, build, resolve_devices
+from searchrl.search.index.layout import IndexValidationError, read_json, write_json_atomic
+from searchrl.search.local_faiss import LocalFaissBackend
 from tests.test_search_fixtures import PASSAGES, fixture_queries, scratch_dir
 
 N = 40
@@ -50,7 +50,7 @@ def clean_build(which: int) -> object:
 
 @functools.cache
 def encoder():
-    from search_backend.encode.encoder import Encoder
+    from searchrl.search.encode.encoder import Encoder
 
     return Encoder()
 

@@ -6,9 +6,9 @@ import os
 
 import httpx
 
-from search_backend.index.cpu_threads import ThreadPolicy
 from search_backend.serve.app import ServerConfig, create_app
 from search_backend.serve.batching import MicroBatcher
+from searchrl.search.index.cpu_threads import ThreadPolicy
 from tests.conftest import serve as running_server
 from tests.test_search_fixtures import fixture_backend
 

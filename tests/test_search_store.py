@@ -3,10 +3,10 @@ import time
 import numpy as np
 import pytest
 
-from search_backend.index.corpus import Record
-from search_backend.index.faiss_import import faiss
-from search_backend.index.faiss_index import build_faiss_index, effective_factory
-from search_backend.index.store import PassageStore, StoreError, write_store
+from searchrl.search.index.corpus import Record
+from searchrl.search.index.faiss_import import faiss
+from searchrl.search.index.faiss_index import build_faiss_index, effective_factory
+from searchrl.search.index.store import PassageStore, StoreError, write_store
 
 
 def test_round_trip_unicode_and_empty_fields(tmp_path):

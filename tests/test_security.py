@@ -44,7 +44,7 @@ def test_servers_bind_loopback_by_default():
 
 
 def test_api_keys_come_only_from_the_environment():
-    from search_backend.web import WebSearchConfig
+    from searchrl.search.web import WebSearchConfig
 
     fields = set(WebSearchConfig.model_fields)
     assert not any(name in fields for name in ("api_key", "key", "token", "secret"))

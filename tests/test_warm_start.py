@@ -95,8 +95,8 @@ def test_search_r1_documents_are_the_environments_block(mini_index):
     environment appends after the same search (Doc i(Title: t) lines in <information>)."""
     import asyncio
 
-    from search_backend.local_faiss import LocalFaissBackend
     from searchrl.search.base import r1_text
+    from searchrl.search.local_faiss import LocalFaissBackend
 
     backend = LocalFaissBackend(mini_index)
     for hits in asyncio.run(backend.search(["Charles Darwin", "Voyager 2 launch", "Fort Hood"], 3)):
@@ -416,8 +416,8 @@ def test_moved_and_recommented_code_leaves_it_fresh_and_one_changed_episode_make
     sentence of the curriculum changed: stale, naming the data."""
     tree = tree_copy(tmp_path)
     for name in (
-        "search_backend/index/build.py",
-        "search_backend/encode/encoder.py",
+        "searchrl/search/index/build.py",
+        "searchrl/search/encode/encoder.py",
         "searchrl/tiny_policy/supervise.py",
     ):
         path = tree / name
@@ -425,7 +425,7 @@ def test_moved_and_recommented_code_leaves_it_fresh_and_one_changed_episode_make
     supervise_py = tree / "searchrl/tiny_policy/supervise.py"
     text = supervise_py.read_text(encoding="utf-8")
     supervise_py.write_text(text.replace("Runs the recipe's phases on", "Trains, phase by phase,"), encoding="utf-8")
-    move(tree, "search_backend.local_faiss", "searchrl.search.local_faiss_moved")
+    move(tree, "searchrl.search.local_faiss", "searchrl.search.local_faiss_moved")
     move(tree, "searchrl.tiny_policy.probe", "searchrl.tiny_policy.probing")
     state = check_in(tree)
     assert state["fresh"] and state["inputs"] == warm_start.verify()["inputs"], state

@@ -1,4 +1,4 @@
-"""The web search budget (search_backend/web/budget.py) against the loopback providers: limits, meter, stop."""
+"""The web search budget (searchrl/search/web/budget.py) against the loopback providers: limits, meter, stop."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from search_backend.web import (
+from searchrl.process import free_port
+from searchrl.rollout.environment import Episode, SearchEnvironment
+from searchrl.rollout.reward_client import RewardResult
+from searchrl.search.base import Passage, SearchBudgetError, SearchError
+from searchrl.search.http_client import HttpSearchBackend
+from searchrl.search.settings import SearchConfig
+from searchrl.search.web import (
     LIST_PRICES,
     PROVIDERS,
     ProviderError,
@@ -25,13 +31,7 @@ from search_backend.web import (
     WebSearchBackend,
     WebSearchConfig,
 )
-from search_backend.web.budget import NOTICE_ID
-from searchrl.process import free_port
-from searchrl.rollout.environment import Episode, SearchEnvironment
-from searchrl.rollout.reward_client import RewardResult
-from searchrl.search.base import Passage, SearchBudgetError, SearchError
-from searchrl.search.http_client import HttpSearchBackend
-from searchrl.search.settings import SearchConfig
+from searchrl.search.web.budget import NOTICE_ID
 from searchrl.stage.config import EpisodeConfig
 from tests.conftest import ROOT, serve
 from tests.fakes_web import PROVIDER_APPS, FakeControl, web_backend
@@ -111,7 +111,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from search_backend.web import WebBudget, WebBudgetExhaustedError
+    from searchrl.search.web import WebBudget, WebBudgetExhaustedError
 
     path, folder, name = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     budget = WebBudget("serper", max_queries=25, path=path)
@@ -201,7 +201,7 @@ def test_config_overrides_the_price(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_warning_once_at_80_percent(caplog: pytest.LogCaptureFixture) -> None:
     control = FakeControl()
-    caplog.set_level(logging.WARNING, logger="search_backend.web.budget")
+    caplog.set_level(logging.WARNING, logger="searchrl.search.web.budget")
     with serve(PROVIDER_APPS["serper"](control)) as url:
         backend = web_backend("serper", url, budget=WebBudget("serper", max_queries=10))
 

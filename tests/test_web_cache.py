@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from search_backend.web import CacheMissError, ProviderError, WebCache, WebSearchBackend, WebSearchConfig
-from search_backend.web.cache import cache_key
 from searchrl.search.base import Passage
+from searchrl.search.web import CacheMissError, ProviderError, WebCache, WebSearchBackend, WebSearchConfig
+from searchrl.search.web.cache import cache_key
 from tests.conftest import serve
 from tests.fakes_web import PROVIDER_APPS, FakeControl, web_backend
 from tests.test_web_providers import run_search

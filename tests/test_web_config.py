@@ -4,7 +4,7 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from search_backend.web import PROVIDERS, WebSearchBackend, WebSearchConfig
+from searchrl.search.web import PROVIDERS, WebSearchBackend, WebSearchConfig
 
 
 def test_providers_match_the_config_choices() -> None:

@@ -4,9 +4,9 @@ import time
 import httpx
 import pytest
 
-from search_backend.web import FetchError, FetchPolicy, FetchRefusedError, fetch_page
-from search_backend.web.extract import html_to_text
-from search_backend.web.fetch import Page
+from searchrl.search.web import FetchError, FetchPolicy, FetchRefusedError, fetch_page
+from searchrl.search.web.extract import html_to_text
+from searchrl.search.web.fetch import Page
 from tests.conftest import serve
 from tests.fakes_web import ARTICLE, pages_app
 

@@ -2,14 +2,14 @@ import asyncio
 
 import pytest
 
-from search_backend.web import (
+from searchrl.search.base import Passage, SearchBackend, SearchError
+from searchrl.search.web import (
     PROVIDERS,
     MissingCredentialError,
     ProviderRefusedError,
     WebSearchBackend,
     WebSearchConfig,
 )
-from searchrl.search.base import Passage, SearchBackend, SearchError
 from tests.conftest import serve
 from tests.fakes_web import CANNED, PROVIDER_APPS, FakeControl, web_backend
 

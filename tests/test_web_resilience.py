@@ -4,10 +4,10 @@ from email.utils import formatdate
 
 import pytest
 
-from search_backend.web import MalformedResponseError, ProviderError
-from search_backend.web.ratelimit import TokenBucket
 from searchrl.http_transport import parse_retry_after
 from searchrl.search.base import SearchError
+from searchrl.search.web import MalformedResponseError, ProviderError
+from searchrl.search.web.ratelimit import TokenBucket
 from tests.conftest import serve
 from tests.fakes_web import CANNED, PROVIDER_APPS, FakeControl, web_backend
 from tests.test_web_providers import run_search

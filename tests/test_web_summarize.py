@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from search_backend.web import FetchPolicy, SummarizeError, Summarizer, WebCache
-from search_backend.web.summarize import is_none_answer
 from searchrl.openai_client import endpoint_url
+from searchrl.search.web import FetchPolicy, SummarizeError, Summarizer, WebCache
+from searchrl.search.web.summarize import is_none_answer
 from tests.conftest import serve
 from tests.fakes_web import PROVIDER_APPS, Doc, FakeControl, chat_app, pages_app, web_backend
 from tests.test_web_providers import run_search

@@ -15,14 +15,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictStr
 
-from search_backend.index.cpu_threads import Threads, configure, policy, restore, short_openmp_spin
 from search_backend.serve.batching import MicroBatcher
 from search_backend.serve.cache import ResultCache
 from search_backend.serve.index_reload import IndexWatch, ReloadError, reload_on_sighup
-from search_backend.web.errors import WebBudgetExhaustedError
 from searchrl.search.base import Passage, SearchBackend, normalise_query, r1_text
+from searchrl.search.index.cpu_threads import Threads, configure, policy, restore, short_openmp_spin
 from searchrl.search.index_settings import HybridConfig, IndexSettings
 from searchrl.search.settings import IndexBackend
+from searchrl.search.web.errors import WebBudgetExhaustedError
 from searchrl.server import (
     BODY_ERRORS,
     ErrorBody,
@@ -313,7 +313,7 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     def open_index() -> SearchBackend:
         # The factory imports every backend, FAISS with them: main() must shorten libgomp's spin before FAISS or
         # torch first loads it, so the server's module imports neither.
-        from search_backend.backends import SearchConfig, open_backend
+        from searchrl.search.backends import SearchConfig, open_backend
 
         return open_backend(SearchConfig(backend=config.backend, **config.index_settings()))
 
@@ -459,7 +459,7 @@ def _help(field: str) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="searchrl search serve", description=__doc__)
-    p.add_argument("--index", required=True, help="index directory made by search_backend.index.build")
+    p.add_argument("--index", required=True, help="index directory made by searchrl.search.index.build")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     p.add_argument("--port", type=int, default=8002)
     p.add_argument(
@@ -529,7 +529,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Before anything loads torch or FAISS: libgomp reads its spin count once (search_backend/index/cpu_threads.py).
+    # Before anything loads torch or FAISS: libgomp reads its spin count once (searchrl/search/index/cpu_threads.py).
     short_openmp_spin()
     import uvicorn
 

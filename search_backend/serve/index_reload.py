@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from search_backend.index.layout import MANIFEST
 from searchrl.search.base import SearchBackend
+from searchrl.search.index.layout import MANIFEST
 
 log = logging.getLogger("search_backend.serve")
 RELOAD_HINT = "POST /admin/reload (with the token when the server has one), send the server SIGHUP, or restart it"

@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from search_backend.web import PROVIDERS, WebSearchConfig
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS, ROOT
+from searchrl.search.web import PROVIDERS, WebSearchConfig
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig, load_stage, stage_config_file, stage_package
 from searchrl.stage.openrlhf_flags import render_flags, validated_args
 from searchrl.stage.templates import effective_model

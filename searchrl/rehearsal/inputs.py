@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from search_backend.index.corpus import file_sha256
-from search_backend.index.layout import MANIFEST, MANIFEST_VERSION
-from search_backend.local_faiss import LocalFaissBackend
 from searchrl.paths import EXAMPLES, ROOT, RUNS
 from searchrl.search.base import r1_text
+from searchrl.search.index.corpus import file_sha256
+from searchrl.search.index.layout import MANIFEST, MANIFEST_VERSION
+from searchrl.search.local_faiss import LocalFaissBackend
 from searchrl.stage.config import stage_package
 from searchrl.tiny_policy.mixture import HELDOUT_STAGE1
 
@@ -52,7 +52,7 @@ def rehearsal_index(work: Path = REHEARSAL_DIR) -> Path:
         corpus = rehearsal_corpus(work)
         if built_from(index, corpus):
             return index
-        cmd = [sys.executable, "-m", "search_backend.index.build", "--corpus", str(corpus), "--format", "jsonl"]
+        cmd = [sys.executable, "-m", "searchrl.search.index.build", "--corpus", str(corpus), "--format", "jsonl"]
         done = subprocess.run([*cmd, "--out", str(index)], cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"searchrl index build failed: {done.stderr[-2000:]}")

@@ -28,10 +28,10 @@ from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 
-from search_backend.encode.profiles import bundled_model_path
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS, EXAMPLES
 from searchrl.rehearsal.inputs import passage_retriever, rehearsal_index
+from searchrl.search.encode.profiles import bundled_model_path
 from searchrl.stage.config import ModelConfig
 from searchrl.stage.templates import protocol_model
 from searchrl.tiny_policy import key

@@ -1,11 +1,11 @@
-"""What an episode's search step opens, by name: a search backend (`search_backend.backends.open_backend`) or the
+"""What an episode's search step opens, by name: a search backend (`searchrl.search.backends.open_backend`) or the
 LLM router (`searchrl/routing/`). The router answers through the search interface, so the name that picks it lives
 here, above both, and the search backends stay a dict of their own."""
 
 from __future__ import annotations
 
-from search_backend.backends import open_backend
 from searchrl.routing.llm_router import LLMRouterBackend
+from searchrl.search.backends import open_backend
 from searchrl.search.base import SearchBackend
 from searchrl.stage.search import StageSearchConfig
 

@@ -1,7 +1,7 @@
 """`SearchConfig`, the stage config's `search:` section as a pydantic schema: which backend, the index settings
 (`searchrl.search.index_settings`), the HTTP client's servers, timeouts and retries, and the web-search section.
 
-A schema only, below every backend: the backends read it, and `search_backend.backends.open_backend` builds the
+A schema only, below every backend: the backends read it, and `searchrl.search.backends.open_backend` builds the
 backend it names.
 """
 
@@ -22,7 +22,7 @@ DEFAULT_DEADLINE_S = 300.0
 
 
 # The search backends by name: the one list the `search:` schema, the retrieval server, the one-shot query command
-# and search_backend.backends.BACKENDS (which maps each to its class) are read from. The first three search an
+# and searchrl.search.backends.BACKENDS (which maps each to its class) are read from. The first three search an
 # index directory; a stage adds "router" (searchrl/stage/search.py).
 INDEX_BACKENDS = ("local", "bm25", "hybrid")
 BACKEND_NAMES = (*INDEX_BACKENDS, "http", "web")

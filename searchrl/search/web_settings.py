@@ -47,7 +47,7 @@ class WebSearchConfig(BaseModel):
     backoff_max_s: float = Field(default=8.0, ge=0)
     retry_after_max_s: float = Field(default=60.0, ge=0, description="longest Retry-After wait honoured")
     timeout_s: float = Field(default=30.0, gt=0)
-    # The run's budget (search_backend/web/budget.py): provider requests and their estimated price, capped.
+    # The run's budget (searchrl/search/web/budget.py): provider requests and their estimated price, capped.
     max_queries: NonNegativeInt | None = Field(
         default=None, description="provider requests the run may send (cache hits are free); None: no limit"
     )

@@ -20,13 +20,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from search_backend.encode.encoder import Encoder
 from searchrl.routing.gmtrouter.checkpoint import HISTORY_FILE, save_checkpoint
 from searchrl.routing.gmtrouter.data import Session, UserLog, check_models, sessions_of, write_logs
 from searchrl.routing.gmtrouter.graph import LLMTable, TextTable, UserHistory
 from searchrl.routing.gmtrouter.metrics import pair_metrics, rated_pairs
 from searchrl.routing.gmtrouter.model import KINDS, GMTRouterNet, Grid, NetConfig, RouterNet
 from searchrl.routing.gmtrouter.sage import train_sage
+from searchrl.search.encode.encoder import Encoder
 
 # Per model: what a setting left unset means. HGT's are the original's (sample.yaml, train.py) but for the
 # width, which the original ties to its text encoder's (768) and which costs 9x a step on a CPU at 384.

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from search_backend.encode.encoder import Encoder
-from search_backend.encode.profiles import PROFILES
-from search_backend.index import cpu_threads
-from search_backend.index.faiss_import import faiss
-from search_backend.index.faiss_index import gpu_count, set_search_params
-from search_backend.index.index_types import VectorIndex
-from search_backend.index.layout import (
+from searchrl.search.base import Passage
+from searchrl.search.encode.encoder import Encoder
+from searchrl.search.encode.profiles import PROFILES
+from searchrl.search.index import cpu_threads
+from searchrl.search.index.faiss_import import faiss
+from searchrl.search.index.faiss_index import gpu_count, set_search_params
+from searchrl.search.index.index_types import VectorIndex
+from searchrl.search.index.layout import (
     EMBED_DIR,
     EMBED_INFO,
     INDEX_FILE,
@@ -29,11 +30,10 @@ from search_backend.index.layout import (
     check_record,
     load_manifest,
 )
-from search_backend.index.rerank_index import RerankIndex
-from search_backend.index.shards import EmbeddingShards, shard_paths
-from search_backend.index.store import PassageStore, StoreError
-from search_backend.index.torch_exact import ShardedExactIndex
-from searchrl.search.base import Passage
+from searchrl.search.index.rerank_index import RerankIndex
+from searchrl.search.index.shards import EmbeddingShards, shard_paths
+from searchrl.search.index.store import PassageStore, StoreError
+from searchrl.search.index.torch_exact import ShardedExactIndex
 from searchrl.search.index_settings import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DEFAULT_RERANK_DEPTH
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class LocalFaissBackend:
                 f"but the configuration asks for {model!r}"
             )
         self.on_gpu = False
-        # A setting left out is the one the index measured when it was made (search_backend/index/recall.py).
+        # A setting left out is the one the index measured when it was made (searchrl/search/index/recall.py).
         tuned = self.manifest.get("search_params") or {}
         self.search_params = {
             "nprobe": nprobe if nprobe is not None else tuned.get("nprobe", DEFAULT_NPROBE),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from search_backend.web.errors import SummarizeError
 from searchrl.http_transport import HttpRefusedError, HttpSession, RequestEncodingError, RetryableError, RetryPolicy
 from searchrl.openai_client import OpenAIClient, endpoint_url
+from searchrl.search.web.errors import SummarizeError
 
 INSTRUCTION = (
     "You help a search assistant. Read the web page below and pull out only what bears on the search query: "

@@ -1,5 +1,5 @@
 """The encoder's transformer run by ONNX Runtime on CPU: exported here with torch.onnx the first time, cached by the
-model's files, and used only where its vectors match PyTorch's (the check is search_backend/encode/encoder.py's).
+model's files, and used only where its vectors match PyTorch's (the check is searchrl/search/encode/encoder.py's).
 
 One query through MiniLM on 2 threads spends nearly all its time in PyTorch's per-operator dispatch; ONNX Runtime
 runs the same graph fused, about 3.5x faster here. Only the transformer's token embeddings come from the exported
@@ -138,8 +138,8 @@ class OnnxTransformer:
     """Token embeddings from ONNX Runtime sessions over the exported transformer, one session per thread count.
 
     A session's thread pool is fixed when it is made, while the server sizes each search's pools as it starts
-    (search_backend/index/cpu_threads.py: one thread beside a busy process, every core otherwise); so each call runs on
-    the session made for the calling thread's torch thread count (at most two counts in practice)."""
+    (searchrl/search/index/cpu_threads.py: one thread beside a busy process, every core otherwise); so each call runs
+    on the session made for the calling thread's torch thread count (at most two counts in practice)."""
 
     def __init__(self, auto_model: Any, model_dir: Path, features: dict[str, Any], int8: bool) -> None:
         import torch

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from search_backend.bm25 import build_bm25
-from search_backend.encode.encoder import Encoder, passage_text
-from search_backend.encode.onnx_encoder import BACKENDS
-from search_backend.encode.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
-from search_backend.index.corpus import FORMATS, CorpusReport, Record, TooManyBadLines, file_sha256, read_corpus
-from search_backend.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
-from search_backend.index.layout import (
+from searchrl.search.bm25 import build_bm25
+from searchrl.search.encode.encoder import Encoder, passage_text
+from searchrl.search.encode.onnx_encoder import BACKENDS
+from searchrl.search.encode.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
+from searchrl.search.index.corpus import FORMATS, CorpusReport, Record, TooManyBadLines, file_sha256, read_corpus
+from searchrl.search.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
+from searchrl.search.index.layout import (
     BM25_DIR,
     EMBED_DIR,
     EMBED_INFO,
@@ -44,10 +44,10 @@ from search_backend.index.layout import (
     remove_durably,
     write_json_atomic,
 )
-from search_backend.index.shards import EmbeddingShards, shard_path, shard_paths, split_ranges, write_shard
-from search_backend.index.store import PassageStore, write_store
+from searchrl.search.index.shards import EmbeddingShards, shard_path, shard_paths, split_ranges, write_shard
+from searchrl.search.index.store import PassageStore, write_store
 
-log = logging.getLogger("search_backend.index.build")
+log = logging.getLogger("searchrl.search.index.build")
 
 CPU_BATCH, GPU_BATCH = 64, 512
 
@@ -312,7 +312,7 @@ def build_vector_index(
     """Train and fill the FAISS index of `faiss` and `compact` types (reused when its record matches)."""
     # FAISS loads on first use, not with this module: the spawned encoding workers import this module to run
     # `_worker` and never need it, nor does `--help`.
-    from search_backend.index.faiss_index import build_faiss_index, write_index_atomic
+    from searchrl.search.index.faiss_index import build_faiss_index, write_index_atomic
 
     info = {
         "corpus_sha256": checksum,
@@ -355,12 +355,12 @@ def settle_index(
     accept_recall: float | None,
 ) -> tuple[str, str | None, dict, dict]:
     """An approximate index measures what it keeps of the exact top-10 and takes the cheapest setting keeping
-    0.99 of it (search_backend/index/recall.py). Where none does, the index is to be exact (compact: the exact
+    0.99 of it (searchrl/search/index/recall.py). Where none does, the index is to be exact (compact: the exact
     type over its shards, factory None; faiss: Flat), unless its best setting keeps `accept_recall`. Returns the
     index type and factory to keep, the manifest's `recall` record and its `search_params`; the caller makes the
     index again when the factory changed."""
-    from search_backend.index import recall  # loads FAISS: see build_vector_index
-    from search_backend.index.faiss_import import faiss
+    from searchrl.search.index import recall  # loads FAISS: see build_vector_index
+    from searchrl.search.index.faiss_import import faiss
 
     if not recall.approximate(index_type, factory):
         return index_type, factory, {"outcome": "exact", "recall": 1.0}, {}
@@ -386,7 +386,7 @@ def settle_index(
 
 def compact_or_exact(index_type: str, factory: str | None, n: int, dimension: int) -> tuple[str, str | None, bool]:
     """A small corpus's compact index is the exact type: below the size where exact costs no more memory."""
-    from search_backend.index import recall
+    from searchrl.search.index import recall
 
     if index_type == "compact" and factory is not None and recall.compact_is_exact(n, dimension, factory):
         log.info("compact at %d passages is the exact type: it costs no more memory than %s would", n, factory)
@@ -396,7 +396,7 @@ def compact_or_exact(index_type: str, factory: str | None, n: int, dimension: in
 
 def query_texts(path: str | Path | None) -> list[str] | None:
     """The `--queries` file's queries, read before anything is built so a bad file fails at once."""
-    from search_backend.index import recall
+    from searchrl.search.index import recall
 
     if path is None:
         return None
@@ -411,7 +411,7 @@ def query_vectors(
 ) -> tuple[np.ndarray, str]:
     """The queries an approximate index measures its recall on, encoded, and what they are (for the manifest):
     the `--queries` file's `texts`, else ones made from a sample of the corpus's own rows (index/recall.py)."""
-    from search_backend.index import recall
+    from searchrl.search.index import recall
 
     if texts is None:
         passages = PassageStore(store)
@@ -444,7 +444,7 @@ def build(
 ) -> dict:
     """Build (or finish building) an index directory; returns the manifest. An approximate index measures its
     recall on `queries` (a file) or the corpus's own rows, and is tuned or made exact (`settle_index`)."""
-    from search_backend.index.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
+    from searchrl.search.index.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
 
     if index_type not in INDEX_TYPES:
         raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from search_backend.index.index_types import top_k
-from search_backend.index.shards import EmbeddingShards
+from searchrl.search.index.index_types import top_k
+from searchrl.search.index.shards import EmbeddingShards
 
 CPU_BLOCK_ROWS = 1 << 16
 GPU_BLOCK_ROWS = 1 << 22

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from search_backend.web.provider import (
+from searchrl.search.web.provider import (
     Hit,
     Provider,
     ProviderRequest,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from search_backend.index.faiss_import import faiss
-from search_backend.index.index_types import top_k
-from search_backend.index.shards import EmbeddingShards
+from searchrl.search.index.faiss_import import faiss
+from searchrl.search.index.index_types import top_k
+from searchrl.search.index.shards import EmbeddingShards
 
 QUERY_BLOCK = 64
 

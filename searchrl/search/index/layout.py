@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from search_backend.index.index_types import INDEX_TYPES
+from searchrl.search.index.index_types import INDEX_TYPES
 
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"

@@ -11,8 +11,8 @@ from urllib.parse import urljoin
 
 import httpx
 
-from search_backend.web.errors import FetchError, FetchRefusedError
-from search_backend.web.extract import html_to_text
+from searchrl.search.web.errors import FetchError, FetchRefusedError
+from searchrl.search.web.extract import html_to_text
 
 TEXT_TYPES = frozenset({"text/html", "text/plain", "application/xhtml+xml"})
 _REDIRECTS = {301, 302, 303, 307, 308}

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from search_backend.web.errors import WebBudgetExhaustedError
 from searchrl.search.base import Passage
+from searchrl.search.web.errors import WebBudgetExhaustedError
 from searchrl.search.web_settings import WebSearchConfig
 from searchrl.shared_sqlite import connect_shared
 

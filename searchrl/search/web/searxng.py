@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from search_backend.web.errors import MissingCredentialError
-from search_backend.web.provider import (
+from searchrl.search.web.errors import MissingCredentialError
+from searchrl.search.web.provider import (
     Hit,
     Provider,
     ProviderRequest,

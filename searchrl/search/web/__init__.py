@@ -1,9 +1,9 @@
 """Online search: web search APIs behind the project's search interface."""
 
-from search_backend.web.backend import PROVIDERS, WebSearchBackend
-from search_backend.web.budget import LIST_PRICES, WebBudget
-from search_backend.web.cache import WebCache
-from search_backend.web.errors import (
+from searchrl.search.web.backend import PROVIDERS, WebSearchBackend
+from searchrl.search.web.budget import LIST_PRICES, WebBudget
+from searchrl.search.web.cache import WebCache
+from searchrl.search.web.errors import (
     CacheMissError,
     FetchError,
     FetchRefusedError,
@@ -15,8 +15,8 @@ from search_backend.web.errors import (
     WebBudgetExhaustedError,
     WebSearchError,
 )
-from search_backend.web.fetch import FetchPolicy, fetch_page
-from search_backend.web.summarize import Summarizer
+from searchrl.search.web.fetch import FetchPolicy, fetch_page
+from searchrl.search.web.summarize import Summarizer
 from searchrl.search.web_settings import WebSearchConfig
 
 __all__ = [

@@ -214,7 +214,7 @@ def set_threads(threads: int) -> None:
     """torch's and FAISS's thread pools, as seen from the calling thread."""
     import torch
 
-    from search_backend.index.faiss_import import faiss
+    from searchrl.search.index.faiss_import import faiss
 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)

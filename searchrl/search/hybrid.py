@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from search_backend.bm25 import BM25Backend
-from search_backend.local_faiss import LocalFaissBackend
 from searchrl.search.base import Passage
+from searchrl.search.bm25 import BM25Backend
 from searchrl.search.index_settings import HybridConfig
+from searchrl.search.local_faiss import LocalFaissBackend
 
 if TYPE_CHECKING:
     from searchrl.search.settings import SearchConfig

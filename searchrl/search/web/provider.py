@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from search_backend.web.errors import MalformedResponseError, MissingCredentialError
+from searchrl.search.web.errors import MalformedResponseError, MissingCredentialError
 
 
 @dataclass(frozen=True, slots=True)

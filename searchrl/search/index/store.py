@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search_backend.index.corpus import Record
+from searchrl.search.index.corpus import Record
 
 FIELDS = ("ids", "titles", "texts")
 OFFSETS = "offsets.npy"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search_backend.index.layout import EMBED_DIR
+from searchrl.search.index.layout import EMBED_DIR
 
 
 def shard_path(out: Path, shard: int) -> Path:

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from search_backend.index.faiss_import import faiss
-from search_backend.index.shards import EmbeddingShards
-from search_backend.index.torch_exact import ShardedExactIndex
+from searchrl.search.index.faiss_import import faiss
+from searchrl.search.index.shards import EmbeddingShards
+from searchrl.search.index.torch_exact import ShardedExactIndex
 from searchrl.search.index_settings import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DEFAULT_RERANK_DEPTH
 
 log = logging.getLogger(__name__)

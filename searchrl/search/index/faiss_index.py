@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from search_backend.index.faiss_import import faiss
+from searchrl.search.index.faiss_import import faiss
 
 log = logging.getLogger(__name__)
 

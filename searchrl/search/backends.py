@@ -4,18 +4,18 @@ which answers through the search interface from the routing package, is picked b
 (`searchrl/rollout/search_step.py`).
 
 This module sits above every backend; the schema it reads lives below them, in `searchrl.search.settings`, and is
-imported here too, so `from search_backend.backends import SearchConfig, open_backend` gives both.
+imported here too, so `from searchrl.search.backends import SearchConfig, open_backend` gives both.
 """
 
 from __future__ import annotations
 
-from search_backend.bm25 import BM25Backend
-from search_backend.hybrid import HybridBackend
-from search_backend.local_faiss import LocalFaissBackend
-from search_backend.web import WebSearchBackend, WebSearchConfig
 from searchrl.search.base import SearchBackend
+from searchrl.search.bm25 import BM25Backend
 from searchrl.search.http_client import HttpSearchBackend
+from searchrl.search.hybrid import HybridBackend
+from searchrl.search.local_faiss import LocalFaissBackend
 from searchrl.search.settings import BACKEND_NAMES, SearchConfig
+from searchrl.search.web import WebSearchBackend, WebSearchConfig
 
 __all__ = ["BACKENDS", "SearchConfig", "open_backend"]
 
@@ -27,7 +27,9 @@ BACKENDS: dict[str, type] = {
     "web": WebSearchBackend,
 }
 if tuple(BACKENDS) != BACKEND_NAMES:
-    raise ImportError(f"search_backend.BACKENDS {tuple(BACKENDS)} differ from the schema's names {BACKEND_NAMES}")
+    raise ImportError(
+        f"searchrl.search.backends.BACKENDS {tuple(BACKENDS)} differ from the schema's names {BACKEND_NAMES}"
+    )
 
 
 def open_backend(config: SearchConfig) -> SearchBackend:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from search_backend.encode.encoder import passage_text
-from search_backend.index.layout import (
+from searchrl.search.base import Passage
+from searchrl.search.encode.encoder import passage_text
+from searchrl.search.index.layout import (
     BM25_DIR,
     BM25_INFO,
     MANIFEST,
@@ -30,8 +31,7 @@ from search_backend.index.layout import (
     remove_durably,
     write_json_atomic,
 )
-from search_backend.index.store import PassageStore, StoreError
-from searchrl.search.base import Passage
+from searchrl.search.index.store import PassageStore, StoreError
 
 if TYPE_CHECKING:
     from searchrl.search.settings import SearchConfig

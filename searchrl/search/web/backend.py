@@ -9,27 +9,6 @@ from typing import Any
 
 import httpx
 
-from search_backend.web.brave import BraveProvider
-from search_backend.web.budget import WebBudget
-from search_backend.web.cache import WebCache, cache_key
-from search_backend.web.errors import (
-    CacheMissError,
-    FetchError,
-    FetchRefusedError,
-    MalformedResponseError,
-    ProviderError,
-    ProviderRefusedError,
-    WebBudgetExhaustedError,
-    WebSearchError,
-)
-from search_backend.web.exa import ExaProvider
-from search_backend.web.fetch import FetchPolicy, fetch_page
-from search_backend.web.provider import Hit, Provider
-from search_backend.web.ratelimit import TokenBucket
-from search_backend.web.searxng import SearxngProvider
-from search_backend.web.serper import SerperProvider
-from search_backend.web.summarize import INSTRUCTION, Summarizer
-from search_backend.web.tavily import TavilyProvider
 from searchrl.http_transport import (
     HttpSession,
     NotSentError,
@@ -40,6 +19,27 @@ from searchrl.http_transport import (
 )
 from searchrl.openai_client import key_from_env
 from searchrl.search.base import Passage, normalise_query
+from searchrl.search.web.brave import BraveProvider
+from searchrl.search.web.budget import WebBudget
+from searchrl.search.web.cache import WebCache, cache_key
+from searchrl.search.web.errors import (
+    CacheMissError,
+    FetchError,
+    FetchRefusedError,
+    MalformedResponseError,
+    ProviderError,
+    ProviderRefusedError,
+    WebBudgetExhaustedError,
+    WebSearchError,
+)
+from searchrl.search.web.exa import ExaProvider
+from searchrl.search.web.fetch import FetchPolicy, fetch_page
+from searchrl.search.web.provider import Hit, Provider
+from searchrl.search.web.ratelimit import TokenBucket
+from searchrl.search.web.searxng import SearxngProvider
+from searchrl.search.web.serper import SerperProvider
+from searchrl.search.web.summarize import INSTRUCTION, Summarizer
+from searchrl.search.web.tavily import TavilyProvider
 from searchrl.search.web_settings import WebSearchConfig
 
 log = logging.getLogger(__name__)

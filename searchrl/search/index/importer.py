@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from search_backend.encode.encoder import Encoder
-from search_backend.encode.profiles import PROFILES, profile_for
-from search_backend.index.build import (
+from searchrl.search.encode.encoder import Encoder
+from searchrl.search.encode.profiles import PROFILES, profile_for
+from searchrl.search.index.build import (
     BuildError,
     add_recall_options,
     build_vector_index,
@@ -43,9 +43,9 @@ from search_backend.index.build import (
     recall_summary,
     settle_index,
 )
-from search_backend.index.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, json_rows, numbered_lines
-from search_backend.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
-from search_backend.index.layout import (
+from searchrl.search.index.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, json_rows, numbered_lines
+from searchrl.search.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
+from searchrl.search.index.layout import (
     EMBED_DIR,
     EMBED_INFO,
     INDEX_FILE,
@@ -58,8 +58,8 @@ from search_backend.index.layout import (
     remove_durably,
     write_json_atomic,
 )
-from search_backend.index.shards import shard_paths, write_shard
-from search_backend.index.store import write_store
+from searchrl.search.index.shards import shard_paths, write_shard
+from searchrl.search.index.store import write_store
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def sample_rows(n: int, k: int = SAMPLE_ROWS) -> list[int]:
 
 def stored_vectors(index, rows: list[int]) -> np.ndarray:  # noqa: ANN001 - a faiss.Index of any kind
     """The vectors the FAISS file holds for `rows`: read back directly (Flat, HNSW) or through an IVF's map."""
-    from search_backend.index.faiss_import import faiss
+    from searchrl.search.index.faiss_import import faiss
 
     try:
         return np.vstack([index.reconstruct(int(r)) for r in rows])
@@ -161,7 +161,7 @@ def check_rows(index, rows: list[int], texts: list[str], encoder) -> dict:  # no
 def read_mapped(path: Path):  # noqa: ANN201 - a faiss.Index of any kind
     """The index memory-mapped where FAISS can (Flat, IVF): the header and a few rows are read, never the whole
     file (65 GB for Search-R1's Flat). Types FAISS cannot map (HNSW) are read whole."""
-    from search_backend.index.faiss_import import faiss
+    from searchrl.search.index.faiss_import import faiss
 
     # IO_FLAG_MMAP_IFC maps a flat index's codes (FAISS >= 1.11); IO_FLAG_MMAP alone maps only IVF lists.
     flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY | getattr(faiss, "IO_FLAG_MMAP_IFC", 0)
@@ -220,9 +220,9 @@ def import_index(
 ) -> dict:
     """Write an index directory serving `faiss_file` over `corpus`; returns the manifest. `index_type` faiss serves
     the file as it is; compact and exact are built from its vectors, a compact one measuring its recall on
-    `queries` (or the corpus's own rows) as a build does (search_backend/index/build.py: settle_index)."""
-    from search_backend.index.faiss_import import faiss  # loads FAISS (and its OpenMP) only when an import runs
-    from search_backend.index.faiss_index import effective_factory
+    `queries` (or the corpus's own rows) as a build does (searchrl/search/index/build.py: settle_index)."""
+    from searchrl.search.index.faiss_import import faiss  # loads FAISS (and its OpenMP) only when an import runs
+    from searchrl.search.index.faiss_index import effective_factory
 
     if layout not in LAYOUTS:
         raise IndexImportError(f"--layout {layout!r}: choose one of {', '.join(LAYOUTS)}")

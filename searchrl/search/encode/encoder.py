@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from search_backend.encode import onnx_encoder
-from search_backend.encode.profiles import DEFAULT_MODEL, ModelProfile, profile_for, resolve_model
+from searchrl.search.encode import onnx_encoder
+from searchrl.search.encode.profiles import DEFAULT_MODEL, ModelProfile, profile_for, resolve_model
 
 log = logging.getLogger(__name__)
 
