@@ -11,9 +11,9 @@ import argparse
 import json
 from pathlib import Path
 
-from eval.qwen3_stand_in import save_qwen3_style_checkpoint
 from searchrl.paths import EXAMPLES
 from searchrl.tiny_policy.model import save_checkpoint
+from searchrl.tiny_policy.qwen3_stand_in import save_qwen3_style_checkpoint
 
 # Text the tokenizer is trained on: R1-Searcher's recorded generations and the bundled corpus.
 SOURCES = (("bamboogle_llama_sample.jsonl", "gen_text_store"), ("mini_corpus.jsonl", "text"))

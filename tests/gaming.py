@@ -282,7 +282,7 @@ def run_group(
     stage, model_cfg = _stage(group, search_url, reward_url, llm_url)
     if group.protocol == "tool-call":
         # A chat model's native calls need its template: a tokenizer of Qwen3's shape stands in.
-        from eval.qwen3_stand_in import qwen3_style_tokenizer
+        from searchrl.tiny_policy.qwen3_stand_in import qwen3_style_tokenizer
 
         corpus = (ROOT / "examples/mini_corpus.jsonl").read_text().splitlines()
         tokenizer = qwen3_style_tokenizer([s for r in group.rows() for s in r.segments] + [QUESTION, *corpus])

@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from eval.generation import GenParams, HFTextEngine
-from eval.qwen3_stand_in import save_qwen3_style_checkpoint
 from searchrl.config import ConfigError, load
 from searchrl.protocols import r1_searcher
 from searchrl.stage.config import ModelConfig
 from searchrl.stage.templates import load_tokenizer, render_prompt
 from searchrl.tiny_policy.model import save_chat_tokenizer
+from searchrl.tiny_policy.qwen3_stand_in import save_qwen3_style_checkpoint
 from tests.conftest import ROOT
 
 CONFIGS = {

@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from eval.generation import GenParams, HFTextEngine, run_episodes
-from eval.qwen3_stand_in import save_qwen3_style_checkpoint
 from searchrl.config import load
 from searchrl.protocols import bind_template, get_protocol
 from searchrl.protocols import tool_call as tc
@@ -20,6 +19,7 @@ from searchrl.search.base import Passage
 from searchrl.stage.config import EpisodeConfig, ModelConfig
 from searchrl.stage.templates import load_tokenizer, protocol_model, render_prompt
 from searchrl.tiny_policy.model import save_chat_tokenizer
+from searchrl.tiny_policy.qwen3_stand_in import save_qwen3_style_checkpoint
 from tests.conftest import ROOT
 
 QUESTION = "Who founded Citibank?"

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval.qwen3_stand_in import save_qwen3_style_tokenizer
 from searchrl.config import ConfigError, load
 from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
@@ -34,6 +33,7 @@ from searchrl.routing.loopback_pool import repoint, start_loopback
 from searchrl.routing.routed_recordings import by_price, route_trajectory
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, ModelConfig, stage_package
 from searchrl.tiny_policy.model import save_chat_tokenizer
+from searchrl.tiny_policy.qwen3_stand_in import save_qwen3_style_tokenizer
 
 RECORDINGS = EXAMPLES / "bamboogle_llama_sample.jsonl"
 # The flags a CPU cannot honour (GPU placement, batch sizes of thousands of episodes) get small
