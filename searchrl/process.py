@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,10 +38,36 @@ def wait_healthy(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"{url}/health did not answer within {timeout_s:.0f}s (last error: {last})")
 
 
+def own_tool(name: str) -> str | None:
+    """The command `name` of the environment this Python runs in: its scripts folder first (a virtual environment's
+    bin/, found without activating it, where `ray` and `searchrl` sit beside the interpreter), then PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
+def searchrl_command(*args: str) -> list[str]:
+    """`searchrl ARGS` as this environment installed it: how a library of ours starts a service, as a user would,
+    rather than naming the service's module."""
+    found = own_tool("searchrl")
+    if found is None:
+        raise FileNotFoundError(
+            f"the `searchrl` command is not installed beside {sys.executable} nor on PATH: run "
+            "`bash launch/setup_env.sh` (or `pip install -e .`) in this environment"
+        )
+    return [found, *args]
+
+
 def start_module(module: str, args: Sequence[str], port: int, log: Path | None = None, timeout_s: float = 60.0):
     """`python -m module args --port PORT` in the background; returns the process once healthy."""
+    return start_command([sys.executable, "-m", module, *args], port, log, timeout_s)
+
+
+def start_command(cmd: Sequence[str], port: int, log: Path | None = None, timeout_s: float = 60.0):
+    """`cmd --port PORT` in the background; returns the process once healthy."""
     out = log.open("ab") if log else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "-m", module, *args, "--port", str(port)], stdout=out, stderr=out)
+    proc = subprocess.Popen([*cmd, "--port", str(port)], stdout=out, stderr=out)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", timeout_s, proc)
     except BaseException:

@@ -407,6 +407,53 @@ def test_the_checks_see_a_circle_through_an_init_and_loads_by_path(tmp_path) -> 
     assert unread_loads(root) == [] and any("scoring (searchrl.reward) imports eval.runner" in u for u in upward(root))
 
 
+def started_by_name(tree: ast.AST) -> list[tuple[int, str]]:
+    """The modules a file starts as processes by name: `start_module`'s first argument and what follows "-m" in a
+    list; an f-string reads as its literal parts with `{}` for each value, anything else as UNREAD."""
+
+    def read(node: ast.AST) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        return UNREAD
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "start_module" and node.args:
+            found.append((node.lineno, read(node.args[0])))
+        if isinstance(node, ast.List | ast.Tuple):
+            pairs = zip(node.elts, node.elts[1:], strict=False)
+            found += [(b.lineno, read(b)) for a, b in pairs if isinstance(a, ast.Constant) and a.value == "-m"]
+    return found
+
+
+def services_started_by_name(root: Path = ROOT) -> list[str]:
+    """Process starts under searchrl/ that name a design folder's module, or one made up from values (a name passed
+    on, `start_module(module, ...)`, is checked where its literal is written): a library starts a service through
+    its public command (`searchrl search serve`), as a user would."""
+    design = tuple(TOP_LEVEL - {"searchrl"})
+    found = []
+    for file in sorted((root / "searchrl").rglob("*.py")):
+        for line, module in started_by_name(ast.parse(file.read_text(encoding="utf-8"))):
+            top = module.split(".")[0]
+            if module != UNREAD and ("{}" in top or top in design):
+                found.append(f"{file.relative_to(root)}:{line}: {module}")
+    return found
+
+
+def test_no_library_starts_a_design_folders_module_by_name(tmp_path) -> None:
+    assert services_started_by_name() == []
+    root = tree_copy(tmp_path / "started")
+    planted = root / "searchrl" / "rehearsal" / "inputs.py"
+    planted.write_text(
+        planted.read_text(encoding="utf-8")
+        + "\n\ndef planted(package):\n    return [sys.executable, '-m', f'{package}.prepare_data'],"
+        + " start_module('reward_server', [], 1)\n"
+    )
+    assert [f.split(": ")[1] for f in services_started_by_name(root)] == ["{}.prepare_data", "reward_server"]
+
+
 def test_an_import_in_a_function_delays_a_heavy_library() -> None:
     """Imports of ours stand at the top of the file unless the module imported is heavy to load. Benchmarks are
     exempt: a measuring script decides what its measured process has loaded, and when (thread settings before a

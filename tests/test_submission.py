@@ -318,11 +318,32 @@ def test_dry_run_keeps_the_launch_record_and_missing_ray_is_explained(tmp_path, 
         else:
             record.write_text(before)
     capsys.readouterr()
-    monkeypatch.setenv("PATH", str(tmp_path))  # no `ray` on it
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `ray` on it, nor beside the interpreter below
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     servers = ["search.urls=http://127.0.0.1:9", "reward_server.urls=http://127.0.0.1:9"]
     assert submit.preflight_main(["stage1", *servers]) == 1
     shown = capsys.readouterr().out
     assert "[FAIL] ray CLI" in shown and "bash launch/install_gpu.sh" in shown
+
+
+def test_the_environments_own_ray_is_found_without_activating_it(tmp_path, monkeypatch):
+    """`.venv/bin/searchrl stage preflight` from a shell whose PATH lacks .venv/bin: `ray` beside the interpreter is
+    the one checked and run (it failed as 'not on PATH' before)."""
+    from searchrl.job.preflight import check_ray_cli
+    from searchrl.process import own_tool
+
+    bin_dir = tmp_path / "venv/bin"
+    bin_dir.mkdir(parents=True)
+    ray = bin_dir / "ray"
+    ray.write_text("#!/bin/sh\n")
+    ray.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert own_tool("ray") == str(ray)
+    check = check_ray_cli()
+    assert check.ok and check.detail == str(ray)
+    ray.unlink()
+    assert own_tool("ray") is None and not check_ray_cli().ok
 
 
 def test_config_inline_wins_over_a_missing_file(monkeypatch):

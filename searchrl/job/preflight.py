@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from searchrl.paths import RUNS
+from searchrl.process import own_tool
 from searchrl.reward.spec import protocols_of
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig, stage_package
 from searchrl.stage.templates import template_fingerprint
@@ -313,11 +314,12 @@ def check_config(runtime_env: dict[str, Any], stage: StageConfig) -> Check:
 
 
 def check_ray_cli() -> Check:
-    found = shutil.which("ray")
+    """The environment's own `ray` (beside its Python, as a virtual environment installs it, or on PATH)."""
+    found = own_tool("ray")
     return Check(
         "ray CLI",
         found is not None,
-        found or "not on PATH",
+        found or f"neither beside {sys.executable} nor on PATH",
         "install the `train` extra on the submitting machine: bash launch/install_gpu.sh",
     )
 

@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 from searchrl.config import ConfigError, load
 from searchrl.job.plan import absolute, excludes
 from searchrl.paths import CONFIGS, ROOT
+from searchrl.process import own_tool
 from searchrl.stage.config import FlagValue, ModelConfig, Strict, flag_names_without_dashes, resolve_model_path
 from searchrl.stage.openrlhf_flags import _source_path, render_flags, validated_args
 
@@ -81,4 +82,12 @@ def submit(overrides: list[str], address: str | None, dry_run: bool) -> int:
             file=sys.stderr,
         )
         return 1
-    return subprocess.run(cmd, cwd=ROOT).returncode
+    ray = own_tool("ray")
+    if ray is None:
+        print(
+            f"error: ray CLI: neither beside {sys.executable} nor on PATH: install the `train` extra "
+            "(bash launch/install_gpu.sh)",
+            file=sys.stderr,
+        )
+        return 3
+    return subprocess.run([ray, *cmd[1:]], cwd=ROOT).returncode

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from searchrl.job import preflight, sft
 from searchrl.job.plan import masked, plan_stage, ray_command, runtime_env
 from searchrl.job.readiness import wait_until_ready
 from searchrl.paths import ROOT
+from searchrl.process import own_tool
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig
 from searchrl.stage.schedules import add_schedule_flags, gpus_needed, schedule_overrides
 
@@ -136,12 +136,13 @@ def run(command: str, argv: list[str] | None) -> int:
     if not ok:
         print("error: preflight failed; nothing was submitted (fix the items marked FAIL above)", file=sys.stderr)
         return 1
-    if shutil.which("ray") is None:
+    ray = own_tool("ray")
+    if ray is None:
         print(f"error: {RAY_MISSING}", file=sys.stderr)
         return 3
     resolved.write_text(stage.model_dump_json(indent=2))
     resolved.with_suffix(".launch.json").write_text(json.dumps(record, indent=2))
-    return subprocess.run(cmd, cwd=ROOT).returncode
+    return subprocess.run([ray, *cmd[1:]], cwd=ROOT).returncode
 
 
 def main(argv: list[str] | None = None) -> int:

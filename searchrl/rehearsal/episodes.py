@@ -22,10 +22,10 @@ from searchrl.config import ConfigError, load
 from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
-from searchrl.process import free_port, start_module, stop
+from searchrl.process import free_port, searchrl_command, start_command, stop
 from searchrl.protocols import get_protocol
 from searchrl.rehearsal.cpu_layer import with_rehearsal_code
-from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
+from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_name, rehearsal_index
 from searchrl.rehearsal.job import MARKER
 from searchrl.rehearsal.ray_head import RayHead
 from searchrl.routing.llm_router import RouterConfig
@@ -85,8 +85,8 @@ def _prepare(
         "".join(json.dumps({"question": r["question"], "answer": r["answer"]}) + "\n" for r in chosen)
     )
     data = stage_dir / "prompts.jsonl"
-    module = f"{package or stage_package(stage)}.prepare_data"
-    cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
+    cmd = searchrl_command("data", "prepare", prepare_name(package or stage_package(stage)))
+    cmd += ["--input", str(questions), "--out", str(data)]
     cmd += ["--model", model_config, "--config", str(CONFIGS / "stages" / f"{stage}.yaml")]
     # The command line's stage keys too (protocol=, reward.protocol=, episode.*): the prompts are the stage's as run.
     cmd += ["--keep-leaked", "--keep-duplicates", *(o for o in overrides if not o.startswith("openrlhf."))]
@@ -207,17 +207,15 @@ def start_servers(
         print("[rehearse] the rehearsal index (mini corpus + fictional people), built once", flush=True)
         index = rehearsal_index(REHEARSAL_DIR)
         port = free_port()
-        started.append(
-            start_module("search_backend.serve", ["--index", str(index)], port, stage_dir / "retrieval.log", 180)
-        )
+        serve = searchrl_command("search", "serve", "--index", str(index))
+        started.append(start_command(serve, port, stage_dir / "retrieval.log", 180))
         local.append(f"search.urls=http://127.0.0.1:{port}")
         print(f"[rehearse] retrieval server :{port} (rehearsal index)", flush=True)
     reward_port = free_port()
     spec_file = stage_dir / "stage.json"
     spec_file.write_text(plan_stage(stage_name, model, [*local, *overrides])["stage"].model_dump_json())
-    started.append(
-        start_module("reward_server", ["--resolved", str(spec_file)], reward_port, stage_dir / "reward.log")
-    )
+    reward = searchrl_command("reward", "serve", "--resolved", str(spec_file))
+    started.append(start_command(reward, reward_port, stage_dir / "reward.log"))
     local.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
     print(f"[rehearse] reward server :{reward_port}", flush=True)
 

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.paths import EXAMPLES, ROOT, RUNS
+from searchrl.process import searchrl_command
 from searchrl.search.base import r1_text
 from searchrl.search.index.corpus import file_sha256
 from searchrl.search.index.layout import MANIFEST, MANIFEST_VERSION
 from searchrl.search.local_faiss import LocalFaissBackend
-from searchrl.stage.config import stage_package
+from searchrl.stage.config import STAGES, stage_package
 from searchrl.tiny_policy.mixture import HELDOUT_STAGE1
 
 REHEARSAL_DIR = RUNS / "rehearse"
@@ -93,6 +94,14 @@ def stage_questions(stage: str, count: int) -> list[dict[str, Any]]:
     return [real[i // 2 % len(real)] if i % 2 == 0 else people[i // 2 % len(people)] for i in range(count)]
 
 
+def prepare_name(package: str) -> str:
+    """The `searchrl data prepare` name of the stage folder `package` (`stage1_format` -> `stage1`)."""
+    names = {stage_package(config): name for name, config in STAGES.items()}
+    if package not in names:
+        raise ValueError(f"no `searchrl data prepare` command for the stage folder {package!r}")
+    return names[package]
+
+
 def prepare_prompts(
     stage: str,
     model_config: str,
@@ -107,8 +116,8 @@ def prepare_prompts(
     questions = out_dir / "questions.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in stage_questions(stage, count)), encoding="utf-8")
     data = out_dir / "prompts.jsonl"
-    module = f"{package or stage_package(stage)}.prepare_data"
-    cmd = [sys.executable, "-m", module, "--input", str(questions), "--out", str(data)]
+    cmd = searchrl_command("data", "prepare", prepare_name(package or stage_package(stage)))
+    cmd += ["--input", str(questions), "--out", str(data)]
     cmd += ["--model", model_config, "--keep-leaked", "--keep-duplicates"]
     cmd += ["--config", str(config), *overrides] if config is not None else []
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

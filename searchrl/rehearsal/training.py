@@ -35,7 +35,7 @@ from searchrl.health import Thresholds, collapse_flags, summary
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.job.readiness import readiness
 from searchrl.paths import ROOT
-from searchrl.process import free_port, start_module, stop
+from searchrl.process import free_port, searchrl_command, start_command, stop
 from searchrl.rehearsal.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
 from searchrl.rehearsal.episodes import stand_in_chat_model
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_prompts, rehearsal_index
@@ -420,8 +420,9 @@ def start_servers(run: TrainingRun, search_url: str | None, search_latency_s: fl
     run's resolved stage; their URLs join the run's overrides. Returns the reward server's score log."""
     if search_url is None:
         search_port = free_port()
-        serve_args = ["--index", str(rehearsal_index()), "--latency-s", str(search_latency_s)]
-        started.append(start_module("search_backend.serve", serve_args, search_port, run.work / "retrieval.log", 300))
+        serve = searchrl_command("search", "serve", "--index", str(rehearsal_index()))
+        serve += ["--latency-s", str(search_latency_s)]
+        started.append(start_command(serve, search_port, run.work / "retrieval.log", 300))
         search_url = f"http://127.0.0.1:{search_port}"
     run.servers = [f"search.urls={search_url}"]
     spec = run.work / "stage.json"
@@ -429,8 +430,8 @@ def start_servers(run: TrainingRun, search_url: str | None, search_latency_s: fl
     reward_port = free_port()
     scored_log = run.work / "scored.jsonl"
     scored_log.unlink(missing_ok=True)
-    reward_args = ["--resolved", str(spec), "--log-jsonl", str(scored_log)]
-    started.append(start_module("reward_server", reward_args, reward_port, run.work / "reward.log"))
+    reward = searchrl_command("reward", "serve", "--resolved", str(spec), "--log-jsonl", str(scored_log))
+    started.append(start_command(reward, reward_port, run.work / "reward.log"))
     run.servers.append(f"reward_server.urls=http://127.0.0.1:{reward_port}")
     return scored_log
 
