@@ -117,15 +117,22 @@ class LabelError(TypeError):
     of the wrong type (the reward server's 422 naming `labels.i`, data preparation) refuses these too."""
 
 
-def as_golds(label: object) -> list[str]:
+class EmptyGoldError(LabelError):
+    """A label with no gold answer, or one that normalises to nothing: readable, but it would pay an empty answer."""
+
+
+def as_golds(label: object, drop_empty: bool = False) -> list[str]:
     """Gold answers from a label: a string, a list of strings, or a JSON-encoded list of strings.
 
     Read strictly, never guessed: a string shaped like a list (`[...]`) must be a JSON list of strings, and
     a gold that normalises to nothing (`""`, `"A"`, `"The"`, `"!"`) is refused, since an empty answer
     would match it exactly.
 
-    >>> as_golds('["Paris", "City of Light"]'), as_golds("Paris")
-    (['Paris', 'City of Light'], ['Paris'])
+    `drop_empty` leaves such golds out instead (data preparation keeps the rest of a published row); a label left
+    with none is still refused.
+
+    >>> as_golds('["Paris", "City of Light"]'), as_golds("Paris"), as_golds('["The", "Paris"]', drop_empty=True)
+    (['Paris', 'City of Light'], ['Paris'], ['Paris'])
     """
     if isinstance(label, str):
         stripped = label.strip()
@@ -134,11 +141,13 @@ def as_golds(label: object) -> list[str]:
         golds = list(label)
     else:
         raise TypeError(f"a label must be a string or a list of strings, got {type(label).__name__}")
+    if drop_empty:
+        golds = [g for g in golds if normalize_answer(g)]
     if not golds:
-        raise LabelError("the label holds no gold answer; give at least one")
+        raise EmptyGoldError("the label holds no gold answer; give at least one")
     empty = [g for g in golds if not normalize_answer(g)]
     if empty:
-        raise LabelError(
+        raise EmptyGoldError(
             f"gold answer {empty[0]!r} normalises to nothing (articles, punctuation and space are dropped), "
             "so an empty answer would match it; fix or drop this record"
         )

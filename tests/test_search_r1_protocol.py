@@ -168,7 +168,7 @@ def test_every_protocol_offers_the_interface_and_r1_searchers_blocks_are_unchang
     assert r1_searcher.stops(False) == [r1_searcher.END_QUERY]
     assert search_r1.stops(False) == search_r1.stops(True) == ["</search>", "</answer>"]
     assert search_r1.render_documents([passage]) == (
-        "\n\n<information>Doc 1(Title: Paris) Paris is the capital of France.</information>\n\n"
+        '\n\n<information>Doc 1(Title: "Paris") Paris is the capital of France.</information>\n\n'
     )
     with pytest.raises(ValueError, match="not one of r1-searcher, search-r1, rag-r1, router-r1, tool-call"):
         get_protocol("search_r1")
@@ -277,3 +277,35 @@ def test_search_r1s_published_parquet_becomes_prompts_in_its_protocol(tmp_path):
     rows[1]["reward_model"] = {"style": "rule"}
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "broken.parquet")
     assert search_r1_main(["--input", str(tmp_path / "broken.parquet"), "--out", str(out)]) == 2
+
+
+def test_a_published_rows_own_prompt_is_kept_unless_rebuilt(tmp_path, chat_model):
+    """A verl row with an instruction of its own and a system turn: `data prepare search_r1` renders its messages
+    through the chat template as Search-R1's data loader does (they were replaced by its rebuilt instruction before);
+    `--rebuild-prompt` rebuilds it from the question."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stage2_answer.prepare_data import search_r1_main
+
+    messages = [
+        {"role": "system", "content": "You are a careful researcher."},
+        {
+            "role": "user",
+            "content": "Search with <search> q </search>, answer in <answer>.\nQuestion: capital of peru?",
+        },
+    ]
+    row = {"data_source": "custom", "prompt": messages, "reward_model": {"ground_truth": {"target": ["Lima"]}}}
+    pq.write_table(pa.Table.from_pylist([row]), tmp_path / "train.parquet")
+    out = tmp_path / "out.jsonl"
+    base = ["--input", str(tmp_path / "train.parquet"), "--model", str(chat_model)]
+    assert search_r1_main([*base, "--out", str(out)]) == 0
+    kept = json.loads(out.read_text(encoding="utf-8"))["prompt"]
+    assert kept.startswith("<|im_start|>system\nYou are a careful researcher.<|im_end|>")
+    assert "answer in <answer>.\nQuestion: capital of peru?<|im_end|>\n<|im_start|>assistant\n" in kept
+    assert json.loads(out.with_suffix(".report.json").read_text())["own_prompts"] == 1
+    assert search_r1_main([*base, "--out", str(out), "--rebuild-prompt"]) == 0
+    rebuilt = json.loads(out.read_text(encoding="utf-8"))["prompt"]
+    assert (
+        "careful researcher" not in rebuilt and search_r1.PROMPT.replace("{question}", "capital of peru?") in rebuilt
+    )

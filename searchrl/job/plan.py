@@ -14,7 +14,15 @@ from typing import Any
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS, ROOT
 from searchrl.search.web import PROVIDERS, WebSearchConfig
-from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig, load_stage, stage_config_file, stage_package
+from searchrl.stage.config import (
+    CONFIG_JSON_ENV,
+    STAGES,
+    StageConfig,
+    config_path,
+    load_stage,
+    stage_config_file,
+    stage_package,
+)
 from searchrl.stage.openrlhf_flags import render_flags, validated_args
 from searchrl.stage.templates import effective_model
 
@@ -54,7 +62,7 @@ def previous_stage(stage: StageConfig, stage_file: Path) -> tuple[StageConfig, P
     """The stage named by `init_from`, whose final checkpoint and logs this stage builds on."""
     if not stage.init_from:
         return None
-    source = Path(stage.init_from) if Path(stage.init_from).is_file() else stage_file.parent / stage.init_from
+    source = config_path(stage_file, stage.init_from) or stage_file.parent / stage.init_from
     return load(StageConfig, source), source
 
 

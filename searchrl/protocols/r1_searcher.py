@@ -271,7 +271,7 @@ def scored_answer(prompt: str, solution: str) -> str | None:
     return extract_answer(solution)
 
 
-def passage_entry(passage: Passage) -> str:
+def passage_entry(passage: Passage, bare_title: bool = False) -> str:
     return r1_text(passage)
 
 

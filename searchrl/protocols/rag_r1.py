@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-def passage_entry(passage: Passage) -> str:
+def passage_entry(passage: Passage, bare_title: bool = False) -> str:
     """A passage as its KILT corpus line reads after the id: the title, three spaces, the text."""
     title_text = search_r1.titled(passage)
     return f"{title_text[0]}   {title_text[1]}" if title_text[0] else title_text[1]

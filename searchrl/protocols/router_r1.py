@@ -70,7 +70,7 @@ def scored_answer(prompt: str, solution: str) -> str | None:
     return policy_answer(solution)
 
 
-def passage_entry(passage: Passage) -> str:
+def passage_entry(passage: Passage, bare_title: bool = False) -> str:
     """A routed model's reply, as it is."""
     return passage.text.strip()
 

@@ -82,6 +82,10 @@ _INSIDE = {"in_think", "in_search", "in_information", "in_answer"}
 _TITLED_TEXT = re.compile(r"Title:\s*(.*?)\s+Text:\s*(.*)", re.DOTALL)
 
 
+# wiki-18 writes a passage as `"Title"`, a newline, then the text; the index keeps the title without them.
+QUOTE = '"'
+
+
 def titled(passage: Passage) -> tuple[str, str]:
     """A passage's title and text, the title taken from a `Title: t Text: x` text where the passage has none."""
     title, text = passage.title, passage.text
@@ -90,10 +94,12 @@ def titled(passage: Passage) -> tuple[str, str]:
     return title, text
 
 
-def passage_entry(passage: Passage) -> str:
-    """One passage as `_passages2string` writes it after `Doc i`: its title in brackets, then its text."""
+def passage_entry(passage: Passage, bare_title: bool = False) -> str:
+    """One passage as `_passages2string` writes it after `Doc i`: its title in brackets, in the quotes wiki-18's first
+    line puts around it (Search-R1 renders that line as it is), then its text. `bare_title` (the stage's
+    `episode.bare_titles`) leaves the quotes out, as this project rendered Search-R1's documents before."""
     title, text = titled(passage)
-    return f"(Title: {title}) {text}"
+    return f"(Title: {title if bare_title else QUOTE + title + QUOTE}) {text}"
 
 
 def documents_block(entries: Sequence[str], after: str = "") -> str:

@@ -242,7 +242,7 @@ class ToolCallProtocol:
     def scored_answer(self, prompt: str, solution: str) -> str | None:
         return parse_solution(solution).answer
 
-    def passage_entry(self, passage: Passage) -> str:
+    def passage_entry(self, passage: Passage, bare_title: bool = False) -> str:
         title = f"(Title: {passage.title}) " if passage.title else ""
         return f"{title}{passage.text}"
 

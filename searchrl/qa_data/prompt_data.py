@@ -21,12 +21,19 @@ from tqdm import tqdm
 from searchrl.config import ConfigError, load
 from searchrl.hub import HubError, load_dataset_rows
 from searchrl.jsonl import RecordError, read_jsonl
-from searchrl.metrics import as_golds, best_over_golds, normalize_answer
+from searchrl.metrics import EmptyGoldError, as_golds, best_over_golds, normalize_answer
 from searchrl.protocols import r1_searcher
 from searchrl.qa_data.eval_sets import EVAL_SETS, eval_set_path
 from searchrl.qa_data.verl_rows import is_verl_row, verl_question
 from searchrl.stage.config import STAGES, ModelConfig, StageConfig, resolve_model_path
-from searchrl.stage.templates import effective_model, load_tokenizer, prompt_end, render_prompt, template_fingerprint
+from searchrl.stage.templates import (
+    effective_model,
+    load_tokenizer,
+    prompt_end,
+    render_messages,
+    render_prompt,
+    template_fingerprint,
+)
 
 DEFAULT_BUCKETS = "hard:0-2,medium:3-6,easy:7-10"
 DEFAULT_MODEL = "configs/models/qwen2.5-7b-base.yaml"
@@ -141,6 +148,9 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
     duplicates = 0
+    own_prompts = 0
+    empty_golds: list[int] = []
+    no_gold: list[int] = []
     leaked: Counter[str] = Counter()
     questions = read_questions(args.input, args.split, args.question_key, args.answer_key)
     for number, row in enumerate(tqdm(questions, desc="questions"), start=1):
@@ -157,10 +167,22 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
             continue
         try:
             golds = as_golds(row[args.answer_key])
+        except EmptyGoldError:
+            # A gold that normalises to nothing ("The", "!") would pay an empty answer: left out, the row kept
+            # while a gold remains (Search-R1's published data holds a few such rows).
+            try:
+                golds = as_golds(row[args.answer_key], drop_empty=True)
+                empty_golds.append(number)
+            except EmptyGoldError:
+                no_gold.append(number)
+                continue
         except TypeError as e:
             raise RecordError(f"{args.input}: record {number}: {args.answer_key}: {e}") from None
+        own = row.get("messages") if args.own_prompt else None
+        own_prompts += bool(own)
+        prompt = render_messages(model, own, tokenizer, end) if own else render_prompt(model, question, tokenizer, end)
         out = {
-            "prompt": render_prompt(model, question, tokenizer, end),
+            "prompt": prompt,
             "label": golds[0] if len(golds) == 1 else json.dumps(golds),
             "question": question,
         }
@@ -185,10 +207,15 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         **({"stage_overrides": list(args.overrides)} if args.overrides else {}),
         "template_sha256": template_fingerprint(model),
         "written": len(rows),
+        # Prompts rendered from a published row's own messages (`data prepare search_r1`), the rest rebuilt.
+        "own_prompts": own_prompts,
         "duplicates": duplicates,
         "duplicates_dropped": not args.keep_duplicates,
         "leaked_into_eval_sets": dict(leaked),
         "leaked_dropped": not args.keep_leaked,
+        # Records (numbered from 1) whose golds that normalise to nothing were left out, and those left with none.
+        "empty_golds_dropped": {"records": len(empty_golds), "first": empty_golds[:10]},
+        "skipped_without_gold": {"records": len(no_gold), "first": no_gold[:10]},
         "out": str(args.out),
     }
     if buckets:
@@ -229,6 +256,16 @@ def build_parser(stage: str, command: str | None = None, config: str | None = No
     p.add_argument("--answer-key", default="answer")
     p.add_argument("--keep-duplicates", action="store_true", help="keep repeated questions (reported either way)")
     p.add_argument("--keep-leaked", action="store_true", help="keep questions found in the evaluation sets")
+    if command == "search_r1":
+        p.add_argument(
+            "--rebuild-prompt",
+            dest="own_prompt",
+            action="store_false",
+            help="rebuild each verl row's prompt from its question with Search-R1's instruction (default: render the "
+            "row's own messages, its instruction and any system turn, as Search-R1's data loader does)",
+        )
+    else:
+        p.set_defaults(own_prompt=False)
     if stage == "stage1_format":
         p.add_argument("--buckets", default=DEFAULT_BUCKETS, help="difficulty buckets by rollouts right (%(default)s)")
         p.add_argument("--mix", default=None, help="bucket shares, e.g. hard=0.4,medium=0.4,easy=0.2 (default: all)")

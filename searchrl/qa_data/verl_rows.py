@@ -27,4 +27,7 @@ def verl_question(row: dict[str, Any], where: str, source: str = "") -> dict[str
         raise RecordError(f"{where}: prompt: no `{QUESTION_MARKER}` line to take the question from")
     question = content.rsplit(QUESTION_MARKER, 1)[1].strip()
     answer = [golds] if isinstance(golds, str) else [str(g) for g in golds]
-    return {"question": question, "answer": answer, "data_source": str(row.get("data_source") or source)}
+    # The row's own messages (its instruction, any system turn), which data preparation may render as they are.
+    messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in row["prompt"]]
+    return {"question": question, "answer": answer, "data_source": str(row.get("data_source") or source),
+            "messages": messages}  # fmt: skip

@@ -35,8 +35,9 @@ class Override:
 def cpu_overrides(flags: dict[str, Any], lr: float) -> list[Override]:
     """What a CPU cannot do as the stage asks, with the reason. Sizes keep the stage's ratios: the
     stage's 64 prompts x 16 samples over train batches of 256 (4 optimizer steps a rollout step)
-    become 8 x 8 over batches of 16."""
-    samples, prompts = 8, 8
+    become 8 x 8 over batches of 16; Search-R1's 512 x 5 over batches of 256 (10 steps) become 8 x 5 over 4."""
+    prompts = 8
+    samples = min(8, int(flags.get("rollout.n_samples_per_prompt", 16)))
     ratio = int(flags.get("rollout.batch_size", 64)) * int(flags.get("rollout.n_samples_per_prompt", 16))
     per_rollout = max(1, ratio // int(flags.get("train.batch_size", 256)))
     return [
@@ -46,7 +47,7 @@ def cpu_overrides(flags: dict[str, Any], lr: float) -> list[Override]:
         Override("ref.num_gpus_per_node", 1, "as the actor"),
         Override("vllm.num_engines", 1, "one engine beside the one actor rank (on its logical GPU when colocated)"),
         Override("vllm.tensor_parallel_size", 1, "the CPU stand-in runs one engine per process"),
-        Override("rollout.n_samples_per_prompt", samples, "CPU time (16 a prompt on GPUs)"),
+        Override("rollout.n_samples_per_prompt", samples, "CPU time (at most 8 a prompt; 16 on GPUs by default)"),
         Override("rollout.batch_size", prompts, "CPU time (64 prompts a step on GPUs)"),
         Override(
             "train.batch_size",

@@ -219,14 +219,21 @@ class SearchEnvironment:
         cut to the token budget on their own, so one query cannot crowd out another."""
         budget, protocol = self.config.max_tokens_per_query, self.protocol
         if self.config.max_queries_per_block == 1:
-            entries = self._within([protocol.passage_entry(p) for p in results[0]], budget)
+            bare = self.config.bare_titles
+            entries = self._within([protocol.passage_entry(p, bare) for p in results[0]], budget)
             return (
                 protocol.documents_block(entries, after=after)
                 if entries
                 else protocol.message_block(NOTHING_FOUND, after=after)
             )
         documents = [
-            self._within([f"Doc {j}: {protocol.passage_entry(p)}" for j, p in enumerate(found, start=1)], budget)
+            self._within(
+                [
+                    f"Doc {j}: {protocol.passage_entry(p, self.config.bare_titles)}"
+                    for j, p in enumerate(found, start=1)
+                ],
+                budget,
+            )
             for found in results
         ]
         return protocol.queries_block(queries, documents, NOTHING_FOUND, after=after)

@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from searchrl.config import ConfigError, load
-from searchrl.paths import CONFIGS
+from searchrl.paths import CONFIGS, ROOT
 from searchrl.protocols import DEFAULT_PROTOCOL, ProtocolName, get_protocol
 from searchrl.reward.spec import RewardSpec, protocols_of
 from searchrl.stage.algorithms import ALGORITHMS
@@ -125,6 +125,12 @@ class EpisodeConfig(Strict):
         description="Search-R1's turn limit: after this many turns that searched (or wrote an invalid action), one "
         "last segment is generated and its search, if any, is not run; None: max_searches alone caps the episode, "
         "a search over it ending the episode unanswered (R1-Searcher)",
+    )
+    bare_titles: bool = Field(
+        False,
+        description="render each passage's title without the quotes Search-R1's protocol puts around it as its "
+        'wiki-18 corpus writes them (Doc 1(Title: "Paris") ... by default); other protocols write bare titles either '
+        "way",
     )
 
     @model_validator(mode="before")
@@ -243,12 +249,24 @@ def flag_names_without_dashes(flags: dict[str, FlagValue]) -> dict[str, FlagValu
     return flags
 
 
+def config_path(stage_file: str | Path, value: str) -> Path | None:
+    """A relative path a stage config holds (`model:`, `init_from:`), by one rule that does not depend on the working
+    folder: from the checkout's root, as the shipped configs write them, else from the stage config's own folder
+    (a config of yours beside its model config). None when neither holds the file."""
+    path = Path(value)
+    candidates = [path] if path.is_absolute() else [ROOT / path, Path(stage_file).resolve().parent / path]
+    return next((c for c in candidates if c.is_file()), None)
+
+
 def resolve_model_path(stage_file: str | Path, model: str) -> Path:
-    """A stage's `model:` path, tried from the working directory, then from the stage file's folder."""
-    for candidate in (Path(model), Path(stage_file).parent / model):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(f"{stage_file}: model: no such file {model!r} (give a path to configs/models/*.yaml)")
+    """A stage's `model:` path (`config_path`'s rule)."""
+    found = config_path(stage_file, model)
+    if found is None:
+        raise ConfigError(
+            f"{stage_file}: model: no such file {model!r} from the checkout's root ({ROOT}) or the stage config's "
+            "folder (give a path to configs/models/*.yaml)"
+        )
+    return found
 
 
 def load_stage(path: str | Path, overrides: Iterable[str] = ()) -> tuple[StageConfig, ModelConfig]:

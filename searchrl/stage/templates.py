@@ -55,6 +55,28 @@ def render_prompt(
     return prompt
 
 
+def render_messages(
+    model: ModelConfig,
+    messages: list[dict[str, str]],
+    tokenizer: ChatTokenizer | None = None,
+    prompt_end: str | None = None,
+) -> str:
+    """A published row's own prompt messages rendered as Search-R1's data loader renders them: through the chat
+    template when the model has one (a chat config), else the first message's text as it is."""
+    if model.kind == "base":
+        prompt = messages[0]["content"]
+    else:
+        if tokenizer is None:
+            raise ValueError(f"model {model.name!r} is a chat model: pass its tokenizer to render the chat template")
+        prompt = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **model.chat_template_kwargs
+        )
+        prompt += model.assistant_prefix
+    if prompt_end is not None and not prompt.rstrip().endswith(prompt_end):
+        raise ValueError(f"model {model.name!r}: the rendered prompt must end with {prompt_end}")
+    return prompt
+
+
 def prompt_end(stage: StageConfig) -> str | None:
     """What every prompt of the stage's protocol ends with (render_prompt's check)."""
     return get_protocol(stage.protocol).PROMPT_END

@@ -80,6 +80,13 @@ class IndexImportError(RuntimeError):
     """The files do not make an index this project can serve; the message says what was found."""
 
 
+def unquoted(first_line: str) -> str:
+    """wiki-18's first line without the one pair of quotes it writes around a title, and nothing else taken away:
+    Search-R1's protocol puts them back when it renders the passage (searchrl/protocols/search_r1.py), so a passage
+    imported and rendered gives Search-R1's string byte for byte (quotes inside a title and spaces kept)."""
+    return first_line[1:-1] if len(first_line) >= 2 and first_line[0] == first_line[-1] == '"' else first_line
+
+
 def search_r1_records(path: Path, report: CorpusReport) -> Iterator[tuple[Record, str]]:
     """Each passage and the text its builder embedded (before e5's `passage: ` prefix)."""
     for line_no, row in json_rows(numbered_lines(path), report):
@@ -88,7 +95,7 @@ def search_r1_records(path: Path, report: CorpusReport) -> Iterator[tuple[Record
             report.add_bad(line_no, "needs 'id' and a string 'contents' (Search-R1's wiki-18.jsonl layout)")
             continue
         first, newline, rest = contents.partition("\n")
-        title, text = (first.strip().strip('"'), rest) if newline else ("", contents)
+        title, text = (unquoted(first), rest) if newline else ("", contents)
         yield Record(str(row["id"]), title, text), contents
 
 

@@ -1,0 +1,123 @@
+"""The search-r1 protocol against what Search-R1's own functions returned on the same inputs (recorded from its
+repository by tests/fixtures/search_r1_oracle/record.py, the commit in each record):
+- `_passages2string`: a wiki-18 passage imported here and rendered by the protocol, through the environment, gives
+  Search-R1's string byte for byte, and `/retrieve` gives back the contents it was imported from;
+- `postprocess_predictions`: a turn's action and its content read as Search-R1 reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from search_backend.serve.app import format_search_r1
+from searchrl.protocols import search_r1
+from searchrl.rollout.environment import Episode, SearchEnvironment
+from searchrl.search.base import Passage
+from searchrl.search.index.corpus import CorpusReport
+from searchrl.search.index.importer import search_r1_records
+from searchrl.stage.config import EpisodeConfig
+from tests.conftest import FIXTURES
+
+RECORD = json.loads((FIXTURES / "search_r1_oracle/passages2string.json").read_text(encoding="utf-8"))
+CASES = RECORD["cases"]
+ACTIONS = json.loads((FIXTURES / "search_r1_oracle/postprocess_predictions.json").read_text(encoding="utf-8"))
+
+
+def imported(case: dict, tmp_path) -> list[Passage]:
+    """The case's retrieval results written as wiki-18 lines and read back by `index import --layout search-r1`."""
+    corpus = tmp_path / "wiki-18.jsonl"
+    corpus.write_text("".join(json.dumps(r["document"]) + "\n" for r in case["results"]), encoding="utf-8")
+    report = CorpusReport()
+    records = [record for record, _ in search_r1_records(corpus, report)]
+    assert report.bad == 0 and len(records) == len(case["results"])
+    return [Passage(r.id, r.title, r.text, d["score"]) for r, d in zip(records, case["results"], strict=True)]
+
+
+def observation(output: str) -> str:
+    """`execute_predictions`' wrap of `_passages2string`'s output, as generation.py writes it."""
+    return f"\n\n<information>{output.strip()}</information>\n\n"
+
+
+def test_the_record_names_its_source():
+    assert RECORD["source"]["repository"] == "PeterGriffinJin/Search-R1" and len(RECORD["source"]["commit"]) == 40
+    assert RECORD["source"]["function"].endswith("_passages2string") and len(CASES) >= 6
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["what"] for c in CASES])
+def test_an_imported_passage_renders_as_search_r1s_own_code_renders_it(case, tmp_path):
+    passages = imported(case, tmp_path)
+    assert search_r1.render_documents(passages) == observation(case["output"])
+    assert [format_search_r1(p)["contents"] for p in passages] == [r["document"]["contents"] for r in case["results"]]
+
+
+class Found:
+    """A backend that returns the case's passages, so the environment's own rendering is what is compared."""
+
+    def __init__(self, passages: list[Passage]) -> None:
+        self.passages = passages
+
+    async def search(self, queries, top_k):
+        return [self.passages[:top_k] for _ in queries]
+
+    async def aclose(self):
+        pass
+
+
+def test_the_environment_renders_search_r1s_string_and_bare_titles_only_when_asked(tmp_path):
+    case = CASES[0]
+    passages = imported(case, tmp_path)
+    feedback = {}
+    for bare in (False, True):
+        env = SearchEnvironment(Found(passages), EpisodeConfig(bare_titles=bare), protocol=search_r1)
+        out = asyncio.run(env.step(Episode(prompt="P", label="x"), "<think>a</think>\n<search> q </search>"))
+        feedback[bare] = out.feedback
+    assert feedback[False] == observation(case["output"])
+    assert "Doc 1(Title: Evan Morris) Evan Morris" in feedback[True]
+    assert '(Title: "' not in feedback[True] and feedback[True].count("(Title: ") == 3
+
+
+@pytest.mark.parametrize("case", ACTIONS["cases"], ids=[c["what"] for c in ACTIONS["cases"]])
+def test_a_turns_action_is_read_as_search_r1s_own_code_reads_it(case):
+    """Search-R1 returns ([action], [content]); an empty search it runs as "" is an invalid turn here (our servers
+    refuse an empty query: docs/OPTIONS.md, 'empty query')."""
+    (kind,), (content,) = case["output"]
+    assert search_r1.action(case["predictions"]) == (kind, content)
+    searched = search_r1.search_query(case["predictions"])
+    assert searched == (content if kind == "search" and content else None)
+
+
+RECIPE = json.loads((FIXTURES / "search_r1_oracle/recipe.json").read_text(encoding="utf-8"))
+
+
+def test_search_r1s_stage_runs_its_grpo_script_as_verl_normalises_it():
+    """Each value derived from train_grpo.sh over verl's ppo_trainer.yaml (recorded by record.py), against the flags
+    `searchrl stage dry-run search_r1` renders and OpenRLHF's parser reads. verl repeats each prompt n_agent times
+    and scales the mini-batch by rollout.n (1 here), so a step of 512 prompts x 5 samples is 2,560 sequences in
+    mini-batches of 256 sequences: 10 optimizer updates a step."""
+    from searchrl.job.plan import plan_stage
+    from searchrl.stage.openrlhf_flags import check_args
+
+    v = RECIPE["values"]
+    assert RECIPE["mini_batch_rule"]["line"] == "self.config.actor.ppo_mini_batch_size *= self.config.rollout.n"
+    sequences = v["data.train_batch_size"] * v["actor_rollout_ref.rollout.n_agent"]
+    mini_batch = v["actor_rollout_ref.actor.ppo_mini_batch_size"] * v["actor_rollout_ref.rollout.n"]
+    assert sequences // mini_batch == 10
+    plan = plan_stage("search_r1", None, [])
+    ns = vars(check_args(plan["train_args"]))
+    assert ns["rollout.batch_size"] == v["data.train_batch_size"]
+    assert ns["rollout.n_samples_per_prompt"] == v["actor_rollout_ref.rollout.n_agent"]
+    ours_sequences = ns["rollout.batch_size"] * ns["rollout.n_samples_per_prompt"]
+    assert ours_sequences == sequences and ours_sequences // ns["train.batch_size"] == sequences // mini_batch
+    assert ns["rollout.temperature"] == v["actor_rollout_ref.rollout.temperature"]
+    assert ns["rollout.top_p"] == v["actor_rollout_ref.rollout.top_p"] == 0.95
+    assert ns["actor.adam.lr"] == v["actor_rollout_ref.actor.optim.lr"]
+    assert ns["actor.lr_warmup_ratio"] == v["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"]
+    assert ns["actor.lr_scheduler"] == "constant_with_warmup"
+    assert ns["algo.kl.init_coef"] == v["actor_rollout_ref.actor.kl_loss_coef"] and ns["algo.kl.use_loss"]
+    assert (ns["algo.kl.estimator"], v["actor_rollout_ref.actor.kl_loss_type"]) == ("k3", "low_var_kl")
+    assert ns["actor.entropy_coef"] == v["actor_rollout_ref.actor.entropy_coeff"]
+    assert (ns["algo.advantage.estimator"], v["algorithm.adv_estimator"]) == ("group_norm", "grpo")
+    episode = plan["stage"].episode
+    assert (episode.max_turns, episode.top_k) == (v["max_turns"], v["retriever.topk"])
