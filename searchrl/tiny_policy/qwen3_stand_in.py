@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from searchrl.tiny_policy.model import build_tokenizer
+from searchrl.tiny_policy.model import TINY_SHAPE, build_tokenizer
 
 TURN_OPEN, TURN_CLOSE, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 # Qwen3's tokenizer holds these as added tokens of their own (not special: they survive skip_special_tokens).
@@ -88,10 +88,7 @@ def save_qwen3_style_checkpoint(out: Path, texts: Iterable[str], seed: int = 0) 
     torch.manual_seed(seed)
     config = Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+        **TINY_SHAPE,
         num_key_value_heads=2,
         head_dim=16,
         max_position_embeddings=4096,
