@@ -49,7 +49,7 @@ from searchrl.paths import EXAMPLES, ROOT  # noqa: E402
 from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
 from searchrl.protocols import get_protocol  # noqa: E402
 from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
-from searchrl.rehearsal.inputs import rehearsal_index  # noqa: E402
+from searchrl.rehearsal.inputs import EVERYONE, TRAINING_SPLITS, rehearsal_index  # noqa: E402
 from searchrl.rehearsal.ray_head import RayHead  # noqa: E402
 from searchrl.rehearsal.warm_start import SPEAKERS, base_template, content_sha256  # noqa: E402
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start  # noqa: E402
@@ -108,16 +108,19 @@ def heldout(stage: str) -> list[dict[str, Any]]:
 
 
 class Servers:
-    """A retrieval server on the rehearsal index (for the training runs and the evaluations), a reward server per
-    stage for the evaluations, and the Ray head the training runs share."""
+    """Retrieval servers on the rehearsal indexes (the training people's for the training runs, every split's for
+    the evaluations), a reward server per stage for the evaluations, and the Ray head the training runs share."""
 
     def __init__(self, work: Path, parallel: int = 2) -> None:
         self.work = work
         self.procs: list[Any] = []
-        index = rehearsal_index()
-        port = free_port()
-        self.procs.append(start_module("search_backend.serve", ["--index", str(index)], port, work / "ret.log", 300))
-        self.search_url = f"http://127.0.0.1:{port}"
+        urls = []
+        for splits, log in ((TRAINING_SPLITS, "ret.log"), (EVERYONE, "ret-eval.log")):
+            port = free_port()
+            serve = ["--index", str(rehearsal_index(splits=splits))]
+            self.procs.append(start_module("search_backend.serve", serve, port, work / log, 300))
+            urls.append(f"http://127.0.0.1:{port}")
+        self.search_url, self.eval_search_url = urls
         self.reward_urls: dict[str, str] = {}
         # One Ray head for every training run: its start-up is paid once, not once a run. A logical GPU for each
         # run that trains side by side: a stage's run, its lr = 0 control and the stage-2 options.
@@ -149,7 +152,7 @@ async def _evaluate(
     prompts = [model.template.replace("{question}", r["question"]) for r in rows]  # type: ignore[union-attr]
     labels = [r["answer"] for r in rows]
     engine = HFTextEngine.from_pretrained(str(checkpoint), batch_size=32)
-    search = HttpSearchBackend([servers.search_url])
+    search = HttpSearchBackend([servers.eval_search_url])
     protocol = get_protocol(cfg.protocol)
     env = SearchEnvironment(search, EpisodeConfig(**cfg.episode.model_dump()), protocol=protocol)
     rewards = RewardClient([servers.reward_url(stage, overrides)], deadline_s=120)

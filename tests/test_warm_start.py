@@ -434,3 +434,58 @@ def test_moved_and_recommented_code_leaves_it_fresh_and_one_changed_episode_make
     mixture_py.write_text(text.replace('" Let me search."', '" Let me look."'), encoding="utf-8")
     state = check_in(tree)
     assert not state["fresh"] and "changed since: the curriculum's data" in state["problem"], state
+
+
+def names_in(texts, names: frozenset[str]) -> set[str]:
+    """The names of `names` standing as words in any of `texts` (every fictional name is one word)."""
+    found: set[str] = set()
+    for text in texts:
+        found |= names.intersection(re.findall(r"\w+", text))
+    return found
+
+
+def test_no_development_or_held_out_person_in_any_training_text():
+    """Both warm starts' full curriculum (tokenizer texts and all 147,200 episodes, documents included, as today's
+    training index returns them), the SFT rehearsal's data, both stages' RL prompts and every passage the training
+    index holds: no name of a development or held-out person. The evaluation index holds them."""
+    from searchrl.rehearsal.inputs import (
+        EVERYONE,
+        REHEARSAL_DIR,
+        passage_retriever,
+        people_of,
+        rehearsal_corpus,
+        rehearsal_index,
+        stage_questions,
+    )
+    from searchrl.rehearsal.sft import sft_rows
+    from searchrl.tiny_policy.build import world
+    from searchrl.tiny_policy.key import curriculum
+
+    others = people_of(("dev", "heldout"))
+    assert len(others) == 200
+    index = rehearsal_index()
+    for protocol in warm_start.SPEAKERS:
+        w = world(warm_start.base_template(protocol), passage_retriever(index), WRITINGS[protocol])
+        assert names_in(curriculum(w, Recipe()), others) == set(), protocol
+    sft = [m["content"] for row in sft_rows(index) for m in row["messages"]]
+    prompts = [q["question"] for stage in ("stage1_format", "stage2_answer") for q in stage_questions(stage, 600)]
+    training = rehearsal_corpus(REHEARSAL_DIR).read_text(encoding="utf-8").splitlines()
+    assert names_in(sft, others) == names_in(prompts, others) == names_in(training, others) == set()
+    assert (
+        names_in(rehearsal_corpus(REHEARSAL_DIR, EVERYONE).read_text(encoding="utf-8").splitlines(), others) == others
+    )
+
+
+def test_the_names_check_finds_a_planted_held_out_person():
+    """One held-out person's passage among a real question's documents: the curriculum check names them."""
+    from searchrl.rehearsal.inputs import people_of
+    from searchrl.tiny_policy.key import curriculum
+
+    w = small_world()
+    held_q, held_docs = fictional_people("heldout")[5]
+    (q, docs) = w.real[0]
+    planted = World(w.template, [(q, [*docs, held_docs[0]])], w.people, w.taken, w.writing)
+    recipe = Recipe(phases=(Phase(20, 8, short=False, copy_rate=0.5, real=0.5),))
+    others = people_of(("dev", "heldout"))
+    assert names_in(curriculum(w, recipe), others) == set()
+    assert names_in(curriculum(planted, recipe), others) == {held_q.query}

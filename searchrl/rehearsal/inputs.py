@@ -1,6 +1,6 @@
-"""What the rehearsals run on: the rehearsal corpus (the bundled mini KILT corpus and the fictional people of
-`examples/fictional/`) and its index, built by `searchrl index build`, and a stage's training questions and
-prompts, prepared by the stage's own data preparation.
+"""What the rehearsals run on: the rehearsal corpus (the bundled mini KILT corpus and fictional people of
+`examples/fictional/`: training's holds the training people alone, evaluation's every split) and its index, built by
+`searchrl index build`, and a stage's training questions and prompts, prepared by the stage's own data preparation.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from searchrl.paths import EXAMPLES, ROOT, RUNS
 from searchrl.process import searchrl_command
+from searchrl.qa_data.fictional import SPLITS
 from searchrl.search.base import r1_text
 from searchrl.search.index.corpus import file_sha256
 from searchrl.search.index.layout import MANIFEST, MANIFEST_VERSION
@@ -29,28 +30,48 @@ REHEARSAL_DIR = RUNS / "rehearse"
 # only the retrieved passages name.
 STAGE1_QUESTIONS = EXAMPLES / "stage_1.jsonl"
 FICTIONAL = EXAMPLES / "fictional"
+# Whose passages each index holds: training's the training people alone, evaluation's every split.
+TRAINING_SPLITS = ("train",)
+EVERYONE = SPLITS
 
 
-def rehearsal_corpus(work: Path) -> Path:
-    """The mini KILT corpus and the fictional people in one JSONL corpus (rewritten only when it changes)."""
-    text = (EXAMPLES / "mini_corpus.jsonl").read_text(encoding="utf-8") + (FICTIONAL / "corpus.jsonl").read_text(
-        encoding="utf-8"
+def people_of(splits: Sequence[str]) -> frozenset[str]:
+    """The names of the fictional people of `splits`."""
+    return frozenset(
+        json.loads(line)["person"]
+        for split in splits
+        for line in (FICTIONAL / f"{split}.jsonl").open(encoding="utf-8")
     )
-    out = work / "corpus.jsonl"
+
+
+def rehearsal_corpus(work: Path, splits: Sequence[str] = TRAINING_SPLITS) -> Path:
+    """The mini KILT corpus and the passages of the fictional people of `splits` in one JSONL corpus (rewritten
+    only when it changes)."""
+    people = people_of(splits)
+    lines = (FICTIONAL / "corpus.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    fictional = "".join(line for line in lines if json.loads(line)["title"] in people)
+    text = (EXAMPLES / "mini_corpus.jsonl").read_text(encoding="utf-8") + fictional
+    out = work / f"corpus{suffix(splits)}.jsonl"
     if not out.is_file() or out.read_text(encoding="utf-8") != text:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
     return out
 
 
-def rehearsal_index(work: Path = REHEARSAL_DIR) -> Path:
-    """`searchrl index build` over the rehearsal corpus, shared by every rehearsal, and left untouched while it is
-    finished and built from this corpus. One caller at a time (a file lock): jobs run side by side share it."""
+def suffix(splits: Sequence[str]) -> str:
+    return "" if tuple(splits) == TRAINING_SPLITS else "-" + "-".join(splits)
+
+
+def rehearsal_index(work: Path = REHEARSAL_DIR, splits: Sequence[str] = TRAINING_SPLITS) -> Path:
+    """`searchrl index build` over the rehearsal corpus of `splits`, shared by every rehearsal, and left untouched
+    while it is finished and built from this corpus. One caller at a time (a file lock): jobs run side by side share
+    it. Training reads the training people's index (the default): no passage of a development or held-out person
+    can reach an episode it trains on; evaluations read `EVERYONE`'s."""
     work.mkdir(parents=True, exist_ok=True)
     with (work / "index.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        index = work / "index"
-        corpus = rehearsal_corpus(work)
+        index = work / f"index{suffix(splits)}"
+        corpus = rehearsal_corpus(work, splits)
         if built_from(index, corpus):
             return index
         cmd = [sys.executable, "-m", "searchrl.search.index.build", "--corpus", str(corpus), "--format", "jsonl"]

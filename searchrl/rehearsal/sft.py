@@ -87,15 +87,20 @@ def run_sft(
     }
 
 
-def rehearse(index: Path, pretrain: Path, seed: int = 0, count: int = 64, out: Path = RUNS / "rehearse/sft") -> dict:
-    """`count` mixture trajectories (half real questions, half fictional people) with their documents from the
-    rehearsal index, one epoch of train_sft on them from `pretrain`; returns run_sft's record and the data's."""
+def sft_rows(index: Path, seed: int = 0, count: int = 64) -> list[dict]:
+    """`count` mixture trajectories, half real questions and half training people, documents from `index`."""
     template, retrieve = base_template(), passage_retriever(index)
     rng = random.Random(seed)
     render = lambda q: template.replace("{question}", q)  # noqa: E731
     real = rng.sample(real_questions(), count // 2)
     people = rng.sample(fictional_questions(), count - count // 2)
-    rows = build(real, render, retrieve, "</s>", seed=seed) + build(people, render, retrieve, "</s>", seed=seed + 1)
+    return build(real, render, retrieve, "</s>", seed=seed) + build(people, render, retrieve, "</s>", seed=seed + 1)
+
+
+def rehearse(index: Path, pretrain: Path, seed: int = 0, count: int = 64, out: Path = RUNS / "rehearse/sft") -> dict:
+    """`count` mixture trajectories (half real questions, half fictional people) with their documents from the
+    rehearsal index, one epoch of train_sft on them from `pretrain`; returns run_sft's record and the data's."""
+    rows = sft_rows(index, seed, count)
     out.mkdir(parents=True, exist_ok=True)
     data = out / "sft.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")

@@ -53,8 +53,9 @@ def tokenizer_texts(w: World, seed: int) -> list[str]:
 
     No name of any split, and no passage about one, is in it: a training name seen dozens of times became one
     token while a held-out name split into about three, so RL on the training people taught a one-token copy that
-    held-out questions never use. A real question's search can retrieve a fictional person's passage (the index
-    holds both), so those are left out of its episode here."""
+    held-out questions never use. A real question's search can retrieve a training person's passage (the training
+    index holds them; development and held-out people are in no index training reads), so those are left out of its
+    episode here."""
     rng = random.Random(seed)
     texts = [w.template] * 20
     stand_ins = [made_up(rng, w.taken) for _ in range(3 * len(w.people))]

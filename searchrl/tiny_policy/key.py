@@ -13,7 +13,7 @@ import hashlib
 import inspect
 import json
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import FunctionType, ModuleType
 from typing import Any
 
@@ -39,21 +39,22 @@ def _digest(parts: Iterable[bytes]) -> str:
     return h.hexdigest()[:16]
 
 
+def curriculum(world: World, recipe: Recipe) -> Iterator[str]:
+    """Every text a warm start is made from, marked: the tokenizer's texts (`T`), then each step (`S` and its
+    phase) and its episodes (`E`), each segment marked trained on (`+`) or not (`-`)."""
+    for text in building.tokenizer_texts(world, recipe.seed):
+        yield "T" + text
+    for phase, episodes in supervise.batches(world, recipe):
+        yield f"S{phase}"
+        for segments in episodes:
+            yield "E"
+            for text, trained in segments:
+                yield ("+" if trained else "-") + text
+
+
 def data_hash(world: World, recipe: Recipe) -> str:
-    """The tokenizer's texts, then each step's episodes as training draws them (every segment with whether it is
-    trained on)."""
-
-    def parts() -> Iterable[bytes]:
-        for text in building.tokenizer_texts(world, recipe.seed):
-            yield b"T" + text.encode()
-        for phase, episodes in supervise.batches(world, recipe):
-            yield f"S{phase}".encode()
-            for segments in episodes:
-                yield b"E"
-                for text, trained in segments:
-                    yield (b"+" if trained else b"-") + text.encode()
-
-    return _digest(parts())
+    """The curriculum's texts in order, each marked as `curriculum` writes it."""
+    return _digest(part.encode() for part in curriculum(world, recipe))
 
 
 def settings_hash(recipe: Recipe) -> str:
