@@ -99,8 +99,10 @@ def test_search_r1s_stage_runs_its_grpo_script_as_verl_normalises_it():
     from searchrl.job.plan import plan_stage
     from searchrl.stage.openrlhf_flags import check_args
 
-    v = RECIPE["values"]
-    assert RECIPE["mini_batch_rule"]["line"] == "self.config.actor.ppo_mini_batch_size *= self.config.rollout.n"
+    v = RECIPE["grpo"]["values"]
+    assert (
+        RECIPE["grpo"]["mini_batch_rule"]["line"] == "self.config.actor.ppo_mini_batch_size *= self.config.rollout.n"
+    )
     sequences = v["data.train_batch_size"] * v["actor_rollout_ref.rollout.n_agent"]
     mini_batch = v["actor_rollout_ref.actor.ppo_mini_batch_size"] * v["actor_rollout_ref.rollout.n"]
     assert sequences // mini_batch == 10
@@ -121,3 +123,31 @@ def test_search_r1s_stage_runs_its_grpo_script_as_verl_normalises_it():
     assert (ns["algo.advantage.estimator"], v["algorithm.adv_estimator"]) == ("group_norm", "grpo")
     episode = plan["stage"].episode
     assert (episode.max_turns, episode.top_k) == (v["max_turns"], v["retriever.topk"])
+
+
+def test_search_r1s_ppo_script_is_a_named_choice():
+    """`algorithm=search-r1-ppo` on the search_r1 stage against train_ppo.sh over verl's defaults, as recorded: GAE
+    with a critic, one sample a prompt (512 sequences in mini-batches of 256: 2 updates a step), the actor's and the
+    critic's warm-ups then constant rates, KL in the reward at 0.001 (k1, verl's `kl`), value clip 0.5."""
+    from searchrl.job.plan import plan_stage
+    from searchrl.stage.openrlhf_flags import check_args
+
+    v = RECIPE["ppo"]["values"]
+    ns = vars(check_args(plan_stage("search_r1", None, ["algorithm=search-r1-ppo"])["train_args"]))
+    assert (ns["algo.advantage.estimator"], v["algorithm.adv_estimator"]) == ("gae", "gae")
+    assert ns["rollout.n_samples_per_prompt"] == v["actor_rollout_ref.rollout.n_agent"] == 1
+    sequences = v["data.train_batch_size"] * v["actor_rollout_ref.rollout.n_agent"]
+    assert ns["rollout.batch_size"] * ns["rollout.n_samples_per_prompt"] == sequences
+    assert sequences // ns["train.batch_size"] == sequences // v["actor_rollout_ref.actor.ppo_mini_batch_size"] == 2
+    assert ns["actor.adam.lr"] == v["actor_rollout_ref.actor.optim.lr"]
+    assert ns["actor.lr_warmup_ratio"] == v["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio"] == 0.285
+    assert ns["critic.adam.lr"] == v["critic.optim.lr"]
+    assert ns["critic.lr_warmup_ratio"] == v["critic.optim.lr_warmup_steps_ratio"] == 0.015
+    assert v["actor_rollout_ref.actor.optim.warmup_style"] == v["critic.optim.warmup_style"] == "constant"
+    assert ns["actor.lr_scheduler"] == ns["critic.lr_scheduler"] == "constant_with_warmup"
+    assert ns["algo.kl.init_coef"] == v["algorithm.kl_ctrl.kl_coef"] and not v["actor_rollout_ref.actor.use_kl_loss"]
+    assert not ns["algo.kl.use_loss"] and (ns["algo.kl.estimator"], v["algorithm.kl_penalty"]) == ("k1", "kl")
+    assert ns["critic.value_clip"] == v["critic.cliprange_value"]
+    assert (ns["algo.advantage.gamma"], ns["algo.advantage.lambd"]) == (v["algorithm.gamma"], v["algorithm.lam"])
+    assert ns["actor.entropy_coef"] == v["actor_rollout_ref.actor.entropy_coeff"]
+    assert ns["rollout.top_p"] == v["actor_rollout_ref.rollout.top_p"]

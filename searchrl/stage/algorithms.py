@@ -50,3 +50,13 @@ ALGORITHMS: dict[str, dict[str, FlagValue]] = {
         "algo.kl.init_coef": 0.001,
     },
 }
+# Search-R1's train_ppo.sh on verl: the PPO above (its GAE, critic, KL in the reward and value clip are verl's
+# defaults too) with its warm-ups, 28.5 % of the steps for the actor and 1.5 % for the critic, each constant after
+# (verl's warmup_style constant). `algorithm=search-r1-ppo` on the search_r1 stage (tests/test_search_r1_oracle.py).
+ALGORITHMS["search-r1-ppo"] = {
+    **ALGORITHMS["ppo"],
+    "actor.lr_warmup_ratio": 0.285,
+    "actor.lr_scheduler": "constant_with_warmup",
+    "critic.lr_warmup_ratio": 0.015,
+    "critic.lr_scheduler": "constant_with_warmup",
+}

@@ -169,7 +169,7 @@ class StageConfig(Strict):
     search: StageSearchConfig = StageSearchConfig()
     reward_server: RewardServerConfig = RewardServerConfig()
     prompt: StagePrompt | None = Field(None, description="the stage's own prompt text, over the model config's")
-    algorithm: Literal["ppo", "reinforce++", "grpo"] | None = Field(
+    algorithm: Literal["ppo", "reinforce++", "grpo", "search-r1-ppo"] | None = Field(
         None, description="a flag set of searchrl/stage/algorithms.py, merged under `openrlhf:` (whose flags win)"
     )
     schedule: Literal["sync", "async", "async-partial"] = Field(
