@@ -71,9 +71,9 @@ def build_mini_index(out: Path, device: str = "cpu") -> Path:
 
 
 def shared_rehearsal_index() -> Path:
-    """The index every CPU rehearsal shares (the mini corpus and the fictional people), built once."""
-    print(f"[quickstart] index: {MINI_CORPUS} + {EXAMPLES / 'fictional/corpus.jsonl'} -> {REHEARSAL_DIR / 'index'} "
-          "(bundled all-MiniLM-L6-v2, cpu; built once)")  # fmt: skip
+    """The index every CPU rehearsal trains on (the mini corpus and the fictional training people), built once."""
+    print(f"[quickstart] index: {MINI_CORPUS} + the training people of {EXAMPLES / 'fictional/corpus.jsonl'} -> "
+          f"{REHEARSAL_DIR / 'index'} (bundled all-MiniLM-L6-v2, cpu; built once)")  # fmt: skip
     return rehearsal_index()
 
 
