@@ -33,26 +33,11 @@ def render_prompt(
     question = question.strip()
     if model.kind == "base":
         assert model.template is not None
-        prompt = model.template.replace("{question}", question)
-    else:
-        if tokenizer is None:
-            raise ValueError(f"model {model.name!r} is a chat model: pass its tokenizer to render the chat template")
-        # Without a system message the tokenizer's template puts its own default, as it did for Router-R1.
-        system = [{"role": "system", "content": model.system}] if model.system else []
-        messages = [*system, {"role": "user", "content": model.user.replace("{question}", question)}]
-        prompt = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **model.chat_template_kwargs
-        )
-        tools = model.chat_template_kwargs.get("tools")
-        if isinstance(tools, list) and not all(f'"{t["function"]["name"]}"' in prompt for t in tools):  # type: ignore[index]
-            raise ValueError(
-                f"model {model.name!r}: the chat template of {model.tokenizer} does not list the tools; a protocol "
-                "that calls tools (tool-call) needs a chat model whose template renders `tools` (Qwen2.5, Qwen3)"
-            )
-        prompt += model.assistant_prefix
-    if prompt_end is not None and not prompt.rstrip().endswith(prompt_end):
-        raise ValueError(f"model {model.name!r}: the rendered prompt must end with {prompt_end}")
-    return prompt
+        return _ended(model, model.template.replace("{question}", question), prompt_end)
+    # Without a system message the tokenizer's template puts its own default, as it did for Router-R1.
+    system = [{"role": "system", "content": model.system}] if model.system else []
+    messages = [*system, {"role": "user", "content": model.user.replace("{question}", question)}]
+    return render_messages(model, messages, tokenizer, prompt_end)
 
 
 def render_messages(
@@ -61,17 +46,26 @@ def render_messages(
     tokenizer: ChatTokenizer | None = None,
     prompt_end: str | None = None,
 ) -> str:
-    """A published row's own prompt messages rendered as Search-R1's data loader renders them: through the chat
-    template when the model has one (a chat config), else the first message's text as it is."""
+    """Prompt messages through the chat template when the model has one (a chat config), the assistant turn opened
+    with `assistant_prefix`; else the first message's text as it is. A published row's own messages are rendered
+    so, as Search-R1's data loader renders them."""
     if model.kind == "base":
-        prompt = messages[0]["content"]
-    else:
-        if tokenizer is None:
-            raise ValueError(f"model {model.name!r} is a chat model: pass its tokenizer to render the chat template")
-        prompt = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **model.chat_template_kwargs
+        return _ended(model, messages[0]["content"], prompt_end)
+    if tokenizer is None:
+        raise ValueError(f"model {model.name!r} is a chat model: pass its tokenizer to render the chat template")
+    prompt = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **model.chat_template_kwargs
+    )
+    tools = model.chat_template_kwargs.get("tools")
+    if isinstance(tools, list) and not all(f'"{t["function"]["name"]}"' in prompt for t in tools):  # type: ignore[index]
+        raise ValueError(
+            f"model {model.name!r}: the chat template of {model.tokenizer} does not list the tools; a protocol "
+            "that calls tools (tool-call) needs a chat model whose template renders `tools` (Qwen2.5, Qwen3)"
         )
-        prompt += model.assistant_prefix
+    return _ended(model, prompt + model.assistant_prefix, prompt_end)
+
+
+def _ended(model: ModelConfig, prompt: str, prompt_end: str | None) -> str:
     if prompt_end is not None and not prompt.rstrip().endswith(prompt_end):
         raise ValueError(f"model {model.name!r}: the rendered prompt must end with {prompt_end}")
     return prompt
