@@ -155,6 +155,7 @@ async def _evaluate(
     search = HttpSearchBackend([servers.eval_search_url])
     protocol = get_protocol(cfg.protocol)
     env = SearchEnvironment(search, EpisodeConfig(**cfg.episode.model_dump()), protocol=protocol)
+    env.tokenizer = engine.tokenizer
     rewards = RewardClient([servers.reward_url(stage, overrides)], deadline_s=120)
     top_p = 0.95 if temperature > 0 else 1.0
     params = GenParams.for_protocol(

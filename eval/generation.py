@@ -17,6 +17,7 @@ from eval.segments import segment_text
 from searchrl.http_transport import RetryPolicy
 from searchrl.openai_client import OpenAIClient, key_from_env
 from searchrl.protocols import TagProtocol, r1_searcher
+from searchrl.protocols.segments import cut_turn
 from searchrl.rollout.engines import HFEngine
 from searchrl.rollout.environment import Episode, SearchEnvironment
 
@@ -31,13 +32,18 @@ class GenParams:
     # that opens what each closes.
     stops: tuple[str, ...] = (r1_searcher.SEARCH_CLOSE,)
     opens: Mapping[str, str] = field(default_factory=lambda: dict(r1_searcher.STOP_OPENS))
+    # A turn that stopped on none of `stops` is cut after the first of this (the protocol's CUT_AFTER).
+    cut_after: str | None = None
 
     @classmethod
     def for_protocol(cls, protocol: TagProtocol, stop_after_answer: bool = False, **kwargs: Any) -> GenParams:
-        return cls(stops=tuple(protocol.stops(stop_after_answer)), opens=dict(protocol.STOP_OPENS), **kwargs)
+        stops = tuple(protocol.stops(stop_after_answer))
+        return cls(stops=stops, opens=dict(protocol.STOP_OPENS), cut_after=protocol.CUT_AFTER, **kwargs)
 
     def segment(self, choice: Mapping[str, Any]) -> Completion:
-        return Completion(*segment_text(choice, self.stops, self.opens))
+        text, finish = segment_text(choice, self.stops, self.opens)
+        cut = cut_turn(text, self.stops, self.cut_after)
+        return Completion(cut, "stop" if cut != text else finish)
 
     def segment_kwargs(self) -> dict[str, Any]:
         """Sampling arguments for one segment, in vLLM's SamplingParams names: stop on the protocol's stops, keep
@@ -192,6 +198,7 @@ class VLLMEngine:
         from vllm import LLM
 
         self.llm = LLM(model=model, **engine_args)
+        self.tokenizer = self.llm.get_tokenizer()
 
     async def generate_batch(self, prompts: list[str], params: GenParams) -> list[Completion]:
         from vllm import SamplingParams

@@ -110,7 +110,10 @@ def search_identity(config: Any) -> dict[str, Any]:
         return {"backend": "http", "index": index_identity(_served_manifest(config.urls, token)), "options": {}}
     if config.backend == "web":
         return {"backend": "web", "index": None, "options": web_options(config.web)}
-    models = [m.name for m in config.router.models] if config.router else []
+    if config.backend == "retrieve":
+        return {"backend": "retrieve", "index": None, "options": {"urls": list(config.urls)}}
+    router = getattr(config, "router", None)
+    models = [m.name for m in router.models] if router else []
     return {"backend": config.backend, "index": None, "options": {"models": models}}
 
 

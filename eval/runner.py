@@ -50,7 +50,13 @@ from searchrl.stage.templates import effective_model, load_tokenizer, protocol_m
 # not, 500 tokens a turn (training uses 2 turns).
 EVAL_EPISODES: dict[str, dict[str, Any]] = {
     "r1-searcher": {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512},
-    "search-r1": {"top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500},
+    "search-r1": {
+        "top_k": 3,
+        "max_turns": 4,
+        "max_searches": 4,
+        "max_segment_tokens": 500,
+        "max_observation_tokens": 500,
+    },  # fmt: skip
     # RAG-R1's loop (generation_mq.py with train_ppo_mq.sh's settings): Search-R1's, three queries a search.
     "rag-r1": {
         "top_k": 3,
@@ -72,6 +78,7 @@ EPISODE_FLAGS = {
     "segment_tokens": "max_segment_tokens",
     "max_queries_per_block": "max_queries_per_block",
     "query_separator": "query_separator",
+    "observation_tokens": "max_observation_tokens",
 }
 
 
@@ -144,6 +151,12 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     e.add_argument("--max-searches", type=int, default=None, help="searches per question (default 16; search-r1: 4)")
     e.add_argument(
         "--max-turns", type=int, default=None, help="search-r1: turns that may search before the last (default 4)"
+    )
+    e.add_argument(
+        "--observation-tokens",
+        type=int,
+        default=None,
+        help="cut each observation to this many of the policy's tokens (search-r1: 500, its max_obs_length)",
     )
     e.add_argument(
         "--segment-tokens", type=int, default=None, help="tokens per generation segment (default 512; search-r1: 500)"
@@ -382,6 +395,8 @@ async def evaluate(
     todo = [q for q in questions if q["idx"] not in done]
     protocol = run.protocol
     env = SearchEnvironment(run.search, run.episode, protocol=protocol)
+    # The policy's tokenizer, which episode.max_observation_tokens counts in (an endpoint's: words instead).
+    env.tokenizer = getattr(run.engine, "tokenizer", None)
     params = GenParams.for_protocol(
         protocol,
         run.episode.stop_after_answer,

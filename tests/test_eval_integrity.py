@@ -116,7 +116,7 @@ def test_segment_text_gives_one_end_tag_whatever_the_endpoint(choice, expected):
 @pytest.mark.parametrize(
     "choice, expected",
     [
-        # Search-R1's stops: `</search>` or `</answer>`, whichever came; dropped ones are put back by the open tag.
+        # stop_after_answer: `</search>` or `</answer>`, whichever came; dropped ones are put back by the open tag.
         ({"text": "<think>x</think><search> q</search>", "finish_reason": "stop", "stop_reason": "</search>"}, "s"),
         ({"text": "<think>x</think><search> q", "finish_reason": "stop", "stop_reason": "</search>"}, "s"),
         ({"text": "<think>x</think><search> q", "finish_reason": "stop"}, "s"),
@@ -132,7 +132,7 @@ def test_segment_text_gives_one_end_tag_whatever_the_endpoint(choice, expected):
 def test_segment_text_in_search_r1s_protocol(choice, expected):
     from searchrl.protocols import search_r1
 
-    text, _ = segment_text(choice, search_r1.stops(False), search_r1.STOP_OPENS)
+    text, _ = segment_text(choice, search_r1.stops(True), search_r1.STOP_OPENS)
     assert search_r1.search_query(text) == ("q" if expected == "s" else None)
     assert search_r1.answered(text) == (expected == "a")
     assert text.endswith(("</search>", "</answer>")) == bool(expected)

@@ -80,12 +80,11 @@ def test_the_environment_renders_search_r1s_string_and_bare_titles_only_when_ask
 
 @pytest.mark.parametrize("case", ACTIONS["cases"], ids=[c["what"] for c in ACTIONS["cases"]])
 def test_a_turns_action_is_read_as_search_r1s_own_code_reads_it(case):
-    """Search-R1 returns ([action], [content]); an empty search it runs as "" is an invalid turn here (our servers
-    refuse an empty query: docs/OPTIONS.md, 'empty query')."""
+    """Search-R1 returns ([action], [content]); an empty search is searched as "", as it does."""
     (kind,), (content,) = case["output"]
     assert search_r1.action(case["predictions"]) == (kind, content)
     searched = search_r1.search_query(case["predictions"])
-    assert searched == (content if kind == "search" and content else None)
+    assert searched == (content if kind == "search" else None)
 
 
 RECIPE = json.loads((FIXTURES / "search_r1_oracle/recipe.json").read_text(encoding="utf-8"))

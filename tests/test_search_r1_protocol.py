@@ -30,6 +30,9 @@ from tests.test_search_fixtures import fixture_index
 
 STAGE = ROOT / "configs/stages/search_r1.yaml"
 BASE_MODEL = "model=configs/models/qwen2.5-7b-base.yaml"
+# The fixture tokenizer spends about three times Qwen's tokens on a passage, so three of them pass the protocol's
+# 500-token observation cut; these tests read whole blocks (the cut's own test: tests/test_search_r1_loop.py).
+UNCUT = "episode.max_observation_tokens=4096"
 QUESTION = "Who carried out the 2009 Fort Hood shooting?"
 SEARCH = "<think>I should look this up.</think>\n<search> 2009 Fort Hood shooting </search>"
 ANSWER = "<think>The documents name the shooter.</think>\n<answer> Nidal Hasan </answer>"
@@ -66,7 +69,7 @@ def stage_config(servers, *overrides: str, path=STAGE):
     search_url, reward_url = servers
     stage, model_cfg = load_stage(
         path, [BASE_MODEL, f"search.urls={search_url}", f"reward_server.urls={reward_url}", "search.retries=0",
-               *overrides],
+               UNCUT, *overrides],
     )  # fmt: skip
     return stage, effective_model(model_cfg, stage)
 
@@ -166,7 +169,7 @@ def test_every_protocol_offers_the_interface_and_r1_searchers_blocks_are_unchang
     entry = r1_searcher.passage_entry(passage)
     assert r1_searcher.documents_block([entry], "q <|end_of_query|>") == r1_searcher.format_documents([entry], "q")
     assert r1_searcher.stops(False) == [r1_searcher.END_QUERY]
-    assert search_r1.stops(False) == search_r1.stops(True) == ["</search>", "</answer>"]
+    assert search_r1.stops(False) == ["</search>"] and search_r1.stops(True) == ["</search>", "</answer>"]
     assert search_r1.render_documents([passage]) == (
         '\n\n<information>Doc 1(Title: "Paris") Paris is the capital of France.</information>\n\n'
     )
@@ -309,3 +312,24 @@ def test_a_published_rows_own_prompt_is_kept_unless_rebuilt(tmp_path, chat_model
     assert (
         "careful researcher" not in rebuilt and search_r1.PROMPT.replace("{question}", "capital of peru?") in rebuilt
     )
+
+
+def test_the_retrieve_backend_finds_through_retrieve_what_the_http_backend_finds_through_search(servers):
+    """`search.backend: retrieve` speaks Search-R1's `/retrieve` (here to this project's server, which speaks it too):
+    the same passages, titles and scores as `/search` gives, a whole GRPO turn (2,560 queries) in one call, and an
+    empty query answered (the dense index embeds it, as Search-R1's retriever does)."""
+    from searchrl.search.http_client import HttpSearchBackend
+    from searchrl.search.retrieve import RetrieveBackend
+
+    url, _ = servers
+    queries = [f"{topic} {i}" for i in range(512) for topic in ("Fort Hood shooting", "", "capital of France",
+                                                              "Nidal Hasan", "army psychiatrist")]  # fmt: skip
+
+    async def both():
+        async with RetrieveBackend(url, retries=0) as retrieve, HttpSearchBackend(url, retries=0) as search:
+            return await retrieve.search(queries, 3), await search.search(queries[:50], 3)
+
+    through_retrieve, through_search = asyncio.run(both())
+    assert len(queries) == 2560 and len(through_retrieve) == 2560
+    assert through_retrieve[:50] == through_search
+    assert all(len(hits) == 3 for hits in through_retrieve)

@@ -10,11 +10,13 @@ import pytest
 
 from searchrl.protocols import search_r1
 from tests.conftest import ROOT
-from tests.test_search_r1_protocol import ANSWER, RAMBLE, SEARCH, episode_runner, stage_servers
+from tests.test_search_r1_protocol import ANSWER, RAMBLE, SEARCH, UNCUT, episode_runner, stage_servers
 from tests.test_search_r1_protocol import model as model  # noqa: F401 (fixtures)
 from tests.test_search_r1_protocol import tokenizer as tokenizer  # noqa: F401
 
-IN_SEARCH_R1 = ("protocol=search-r1", "reward.protocol=search-r1", "episode.max_turns=2", "episode.max_searches=2")
+IN_SEARCH_R1 = (
+    "protocol=search-r1", "reward.protocol=search-r1", "episode.max_turns=2", "episode.max_searches=2", UNCUT,
+)  # fmt: skip
 STAGES = {
     "stage1": ROOT / "configs/stages/stage1_format.yaml",
     "stage2": ROOT / "configs/stages/stage2_answer.yaml",

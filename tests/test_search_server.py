@@ -70,7 +70,6 @@ def server_url():
     [
         ({"queries": [], "top_k": 3}, "queries"),
         ({"queries": ["ok", 5], "top_k": 3}, "queries.1"),
-        ({"queries": ["ok", "  "], "top_k": 3}, "queries.1"),
         ({"queries": "not a list", "top_k": 3}, "queries"),
         ({"queries": ["ok"], "top_k": 0}, "top_k"),
         ({"queries": ["ok"], "top_k": 51}, "top_k"),

@@ -208,8 +208,8 @@ class SearchService:
         if len(queries) > self.config.max_queries:
             raise RequestError(queries_field, f"{len(queries)} queries is over the limit of {self.config.max_queries}")
         for i, query in enumerate(queries):
-            if not query.strip():
-                raise RequestError(f"{queries_field}.{i}", "empty query")
+            # An empty query is answered as the backend ranks it (a dense index embeds it, as Search-R1's
+            # retriever does for an empty `<search></search>`; BM25 and web search find nothing).
             if len(query) > self.config.max_query_chars:
                 raise RequestError(
                     f"{queries_field}.{i}",
@@ -277,10 +277,6 @@ RELOAD_ERRORS = {
 }
 
 
-# A character Python's str.strip() keeps (an ECMA pattern: ECMA's \s lacks \x1c-\x1f and \x85, which Python strips).
-NOT_BLANK = r"[^\s\x1c-\x1f\x85]"
-
-
 def _schema(model: type[BaseModel], config: ServerConfig, k_field: str) -> dict[str, Any]:
     """The request body's OpenAPI schema with the limits the server checks itself (they come from its config);
     the one limit a schema cannot say is queries x k <= max_results."""
@@ -289,7 +285,7 @@ def _schema(model: type[BaseModel], config: ServerConfig, k_field: str) -> dict[
     props["queries"].update(
         minItems=1,
         maxItems=config.max_queries,
-        items={"type": "string", "minLength": 1, "maxLength": config.max_query_chars, "pattern": NOT_BLANK},
+        items={"type": "string", "maxLength": config.max_query_chars},
     )
     props[k_field].update(minimum=1, maximum=config.max_top_k)
     return _body_schema(schema)

@@ -118,7 +118,7 @@ def secret_names(stage: StageConfig) -> list[str]:
     the search provider's and summariser's keys, the router's endpoint keys, W&B and HF tokens."""
     names = [stage.reward_server.token_env]
     search = stage.search
-    if search.backend == "http":
+    if search.backend in ("http", "retrieve"):
         names.append(search.token_env)
     elif search.backend == "web":
         web = search.web or WebSearchConfig()

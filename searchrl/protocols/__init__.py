@@ -39,6 +39,10 @@ class TagProtocol(Protocol):
     DOCUMENTS_CLOSE: str
     # Whether a search block may hold several queries (split on the stage's episode.query_separator).
     MULTI_QUERY: bool
+    # A turn that stopped on none of `stops` is cut after the first of this (Search-R1's `</answer>`); None: uncut.
+    CUT_AFTER: str | None
+    # Episode settings the protocol's original runs with, for a stage that does not set them.
+    EPISODE_DEFAULTS: dict[str, Any]
 
     def stops(self, stop_after_answer: bool) -> list[str]: ...
     def search_query(self, segment: str) -> str | None: ...

@@ -35,6 +35,9 @@ PROMPT_END = THINK_OPEN
 TOOLS: list[dict] | None = None
 # A query block may hold several queries (RAG-R1's mode, on this protocol's tags) where the stage allows them.
 MULTI_QUERY = True
+# Generation stops on the protocol's stops alone: nothing cuts a turn after the fact.
+CUT_AFTER: str | None = None
+EPISODE_DEFAULTS: dict = {}
 # A segment that is not a search ends the episode: its reward reads what was written.
 INVALID_ACTION: str | None = None
 SEARCH_CLOSE = END_QUERY

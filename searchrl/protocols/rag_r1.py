@@ -24,8 +24,6 @@ from searchrl.protocols.search_r1 import (
     from_r1_searcher,
     policy_answer,
     scored_answer,
-    search_query,
-    stops,
 )
 from searchrl.search.base import Passage
 
@@ -37,6 +35,9 @@ PROMPT_END: str | None = None
 TOOLS: list[dict] | None = None
 # A search block may hold several queries: the environment splits it on episode.query_separator.
 MULTI_QUERY = True
+# Generation stops on the protocol's stops alone: nothing cuts a turn after the fact.
+CUT_AFTER: str | None = None
+EPISODE_DEFAULTS: dict = {}
 
 __all__ = [
     "DOCUMENTS_CLOSE",
@@ -51,6 +52,17 @@ __all__ = [
     "search_query",
     "stops",
 ]
+
+
+def stops(stop_after_answer: bool) -> list[str]:
+    """`</search>` or `</answer>`, whichever comes first (Search-R1's own cut, `</answer>` only without a
+    `</search>`, is not claimed for RAG-R1's loop)."""
+    return [SEARCH_CLOSE, search_r1.ANSWER_CLOSE]
+
+
+def search_query(segment: str) -> str | None:
+    """The search block's content; None for an empty one, which ends as an invalid turn here."""
+    return search_r1.search_query(segment) or None
 
 
 def passage_entry(passage: Passage, bare_title: bool = False) -> str:

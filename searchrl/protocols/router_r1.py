@@ -25,7 +25,6 @@ from searchrl.protocols.search_r1 import (
     from_r1_searcher,
     message_block,
     policy_answer,
-    stops,
 )
 from searchrl.search.base import Passage
 
@@ -38,6 +37,9 @@ TOOLS: list[dict] | None = None
 # An invalid action gets nothing appended (generation.py's next_obs ''): not None, since the episode goes on.
 INVALID_ACTION: str | None = ""
 MULTI_QUERY = False
+# Generation stops on the protocol's stops alone: nothing cuts a turn after the fact.
+CUT_AFTER: str | None = None
+EPISODE_DEFAULTS: dict = {}
 # The four blocks its reward walks, by the original's names.
 TAGS = {name: (f"<{name}>", f"</{name}>") for name in (THINK, SEARCH, INFORMATION, ANSWER)}
 # What its postprocess_predictions refuses to route: the prompt's placeholder, in any case.
@@ -54,6 +56,11 @@ __all__ = [
     "policy_answer",
     "stops",
 ]
+
+
+def stops(stop_after_answer: bool) -> list[str]:
+    """`</search>` or `</answer>`, whichever comes first, as Router-R1 cuts its responses."""
+    return [SEARCH_CLOSE, search_r1.ANSWER_CLOSE]
 
 
 def search_query(segment: str) -> str | None:

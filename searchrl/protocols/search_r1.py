@@ -26,8 +26,12 @@ TAGS = (THINK, SEARCH, INFORMATION, ANSWER)
 THINK_OPEN, THINK_CLOSE = f"<{THINK}>", f"</{THINK}>"
 SEARCH_OPEN = f"<{SEARCH}>"
 ANSWER_OPEN, ANSWER_CLOSE = f"<{ANSWER}>", f"</{ANSWER}>"
-# Where generation stops: a search to run, or the answer (generation.py cuts a response after either).
-STOP = (f"</{SEARCH}>", f"</{ANSWER}>")
+# Where generation stops: a search to run. generation.py's `_postprocess_responses` cuts a turn after its first
+# `</search>`, else after its first `</answer>`: a turn that writes `</answer>` and then a search keeps both.
+STOP = (f"</{SEARCH}>",)
+CUT_AFTER: str | None = f"</{ANSWER}>"
+# Its training scripts' data.max_obs_length: each observation's tokens are cut there (`_process_next_obs`).
+EPISODE_DEFAULTS: dict = {"max_observation_tokens": 500}
 
 NAME = "search-r1"
 # Its instruction, as `make_prefix` in scripts/data_process/nq_search.py writes it for every model. Its trainer
@@ -131,15 +135,17 @@ def render_documents(passages: Sequence[Passage]) -> str:
 
 
 def stops(stop_after_answer: bool) -> list[str]:
-    """A segment ends at `</search>` or `</answer>`, whatever the stage says: generation.py cuts every turn there."""
-    return list(STOP)
+    """A segment stops at `</search>` (and a turn without one is cut after its first `</answer>`: CUT_AFTER), as
+    generation.py cuts its turns; `stop_after_answer` stops at `</answer>` too, which saves the tokens a turn
+    writes after its answer but keeps none of a search written after it."""
+    return [*STOP, ANSWER_CLOSE] if stop_after_answer else list(STOP)
 
 
 def search_query(segment: str) -> str | None:
-    """The query when the segment's first tagged action is a search; None otherwise (an empty query included: our
-    search servers refuse one, where Search-R1's retriever would embed it)."""
+    """The query when the segment's first tagged action is a search, an empty one included (Search-R1 searches
+    it as ""); None otherwise."""
     kind, content = action(segment)
-    return content or None if kind == SEARCH else None
+    return content if kind == SEARCH else None
 
 
 def answered(segment: str) -> bool:

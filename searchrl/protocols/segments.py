@@ -17,3 +17,13 @@ def policy_segments(trajectory: str, search_close: str, documents_open: str, doc
             rest = rest[end + len(documents_close) :].lstrip("\n")
     segments.append(rest)
     return segments
+
+
+def cut_turn(text: str, stops: list[str] | tuple[str, ...], cut_after: str | None) -> str:
+    """A generated turn as its protocol keeps it: a turn that holds one of `stops` is left as generation stopped it;
+    one that holds none is cut after the first `cut_after` (Search-R1 cuts a turn without `</search>` after its first
+    `</answer>`, whatever follows)."""
+    if cut_after is None or any(stop in text for stop in stops):
+        return text
+    at = text.find(cut_after)
+    return text if at < 0 else text[: at + len(cut_after)]

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from searchrl.protocols import r1_searcher as r1
 from searchrl.search.base import Passage
@@ -221,6 +221,8 @@ class ToolCallProtocol:
     DOCUMENTS_OPEN = DOCUMENTS_OPEN
     DOCUMENTS_CLOSE = DOCUMENTS_CLOSE
     MULTI_QUERY = MULTI_QUERY
+    CUT_AFTER: ClassVar[str | None] = None
+    EPISODE_DEFAULTS: ClassVar[dict] = {}
 
     def with_template(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> ToolCallProtocol:
         return ToolCallProtocol(tool_turn(tokenizer, template_kwargs))

@@ -22,6 +22,7 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from searchrl.config import ConfigError, load
 from searchrl.protocols import TagProtocol, bind_template, get_protocol, r1_searcher
+from searchrl.protocols.segments import cut_turn
 from searchrl.reward.group import EpisodeTerms
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient
@@ -143,6 +144,7 @@ class SegmentEngine:
         self.engine = engine
         self.max_segment_tokens = max_segment_tokens
         self.stops = protocol.stops(stop_after_answer)
+        self.cut_after = protocol.CUT_AFTER
         self.tokenizer = tokenizer
         self.state = state
 
@@ -159,11 +161,31 @@ class SegmentEngine:
         completion = out.outputs[0]
         if self.tokenizer is not None:
             completion.text = action_text(completion.token_ids, self.tokenizer)
+            if cut_turn(completion.text, self.stops, self.cut_after) != completion.text:
+                self._cut(completion)
         if self.state is not None:
             self.state.budget_limited = (
                 completion.finish_reason == "length" and budget is not None and budget <= self.max_segment_tokens
             )
         return out
+
+    def _cut(self, completion: Any) -> None:
+        """Keep the tokens up to the one that completes `cut_after` (as a stop string would), their logprobs with
+        them, so the trained tokens are the turn Search-R1 keeps."""
+        ids = list(completion.token_ids)
+        assert self.cut_after is not None
+        low, high = 1, len(ids)
+        while low < high:  # the shortest prefix whose text holds the tag
+            mid = (low + high) // 2
+            if self.cut_after in action_text(ids[:mid], self.tokenizer):
+                high = mid
+            else:
+                low = mid + 1
+        completion.token_ids = ids[:low]
+        if completion.logprobs is not None:
+            completion.logprobs = completion.logprobs[:low]
+        completion.text = action_text(ids[:low], self.tokenizer)
+        completion.finish_reason = "stop"
 
 
 def _tensor_logs(logs: dict[str, float]) -> dict[str, torch.Tensor]:

@@ -112,8 +112,9 @@ class SearchEnvironment:
                 else:
                     ep.turns += 1
                     ep.invalid_actions += 1
-                    ep.solution += protocol.INVALID_ACTION
-                    outcomes[i] = StepOutcome(feedback=protocol.INVALID_ACTION, done=False)
+                    feedback = self.observation(protocol.INVALID_ACTION)
+                    ep.solution += feedback
+                    outcomes[i] = StepOutcome(feedback=feedback, done=False)
             elif not turns_left:
                 # Search-R1's last turn is generated without search: its query is not run and the episode ends.
                 ep.capped = True
@@ -155,6 +156,7 @@ class SearchEnvironment:
                     ep.unknown_models += sum(p.id == UNROUTED for hits in answer for p in hits)
                     if self.process_weight > 0:
                         ep.gold_hits += self._new_evidence(ep, qs, answer)
+                feedback = self.observation(feedback)
                 ep.solution += feedback
                 outcomes[i] = StepOutcome(feedback=feedback, done=False, query=ep.queries[-1])
         return [o for o in outcomes if o is not None]
@@ -237,6 +239,12 @@ class SearchEnvironment:
             for found in results
         ]
         return protocol.queries_block(queries, documents, NOTHING_FOUND, after=after)
+
+    def observation(self, feedback: str) -> str:
+        """What the episode is shown: the feedback's first episode.max_observation_tokens tokens, as Search-R1's
+        `_process_next_obs` cuts them (a cut documents block loses its closing tag)."""
+        limit = self.config.max_observation_tokens
+        return feedback if limit is None else self._cut(feedback, limit)[0]
 
     def _within(self, texts: list[str], budget: int | None) -> list[str]:
         """The texts in order up to `budget` tokens in all: the one that crosses it is cut, the rest dropped."""

@@ -65,3 +65,10 @@ def r1_text(passage: Passage) -> str:
     """A passage as R1-Searcher's trained models saw it in their documents: `Title: <title> Text: <text>`,
     or the text alone when there is no title (corpora like kiltmini carry that prefix in the text)."""
     return f"Title: {passage.title} Text: {passage.text}" if passage.title else passage.text
+
+
+def unquoted(first_line: str) -> str:
+    """wiki-18's first line without the one pair of quotes it writes around a title, and nothing else taken away:
+    Search-R1's protocol puts them back when it renders the passage (searchrl/protocols/search_r1.py), so a passage
+    imported and rendered gives Search-R1's string byte for byte (quotes inside a title and spaces kept)."""
+    return first_line[1:-1] if len(first_line) >= 2 and first_line[0] == first_line[-1] == '"' else first_line

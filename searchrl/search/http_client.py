@@ -72,13 +72,25 @@ class HttpSearchBackend:
             token=os.environ.get(config.token_env),
         )
 
+    # The endpoint and its body: this project's `/search` contract (searchrl/search/retrieve.py speaks Search-R1's).
+    PATH = "/search"
+
+    def payload(self, queries: list[str], top_k: int) -> dict[str, Any]:
+        return {"queries": queries, "top_k": top_k}
+
+    def parse(self, body: Any) -> list:
+        return _results(body)
+
+    def passages(self, results: list) -> list[list[Passage]]:
+        return [[Passage(str(p["id"]), p["title"], p["text"], float(p["score"])) for p in hits] for hits in results]
+
     async def search(self, queries: list[str], top_k: int) -> list[list[Passage]]:
         if not queries:
             return []
-        payload = {"queries": queries, "top_k": top_k}
+        payload = self.payload(queries, top_k)
         try:
             results = await self._http.call_json(
-                "POST", lambda: f"{next(self._next)}/search", payload, parse=_results, retry=self._retry
+                "POST", lambda: f"{next(self._next)}{self.PATH}", payload, parse=self.parse, retry=self._retry
             )
         except RequestEncodingError as exc:
             raise SearchError(f"search not sent: {exc}") from None
@@ -95,11 +107,11 @@ class HttpSearchBackend:
             raise SearchError(
                 f"search failed after {exc.tries} tries within the {self.deadline_s:g} s deadline: {exc}"
             ) from None
+        if len(results) != len(queries):
+            raise SearchError(f"malformed search response: {len(results)} result lists for {len(queries)} queries")
         try:
-            return [
-                [Passage(str(p["id"]), p["title"], p["text"], float(p["score"])) for p in hits] for hits in results
-            ]
-        except (KeyError, TypeError, ValueError) as exc:
+            return self.passages(results)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SearchError(f"malformed search response: {exc!r}") from exc
 
     async def aclose(self) -> None:

@@ -25,7 +25,7 @@ DEFAULT_DEADLINE_S = 300.0
 # and searchrl.search.backends.BACKENDS (which maps each to its class) are read from. The first three search an
 # index directory; a stage adds "router" (searchrl/stage/search.py).
 INDEX_BACKENDS = ("local", "bm25", "hybrid")
-BACKEND_NAMES = (*INDEX_BACKENDS, "http", "web")
+BACKEND_NAMES = (*INDEX_BACKENDS, "http", "retrieve", "web")
 IndexBackend = Literal[INDEX_BACKENDS]  # type: ignore[valid-type]
 BackendName = Literal[BACKEND_NAMES]  # type: ignore[valid-type]
 

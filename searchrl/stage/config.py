@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS, ROOT
-from searchrl.protocols import DEFAULT_PROTOCOL, ProtocolName, get_protocol
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, ProtocolName, get_protocol
 from searchrl.reward.spec import RewardSpec, protocols_of
 from searchrl.stage.algorithms import ALGORITHMS
 from searchrl.stage.prompt import StagePrompt
@@ -126,6 +126,13 @@ class EpisodeConfig(Strict):
         "last segment is generated and its search, if any, is not run; None: max_searches alone caps the episode, "
         "a search over it ending the episode unanswered (R1-Searcher)",
     )
+    max_observation_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="each observation the environment appends (documents, a failed search, the invalid-action "
+        "message) cut to its first N tokens of the policy's tokenizer, closing tag and all, as Search-R1's "
+        "_process_next_obs cuts at max_obs_length (its protocol's default: 500); None = uncut",
+    )
     bare_titles: bool = Field(
         False,
         description="render each passage's title without the quotes Search-R1's protocol puts around it as its "
@@ -182,6 +189,7 @@ class StageConfig(Strict):
     def _named_flag_sets(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        data = protocol_episode(data)
         algorithm = ALGORITHMS.get(data.get("algorithm"), {})  # type: ignore[arg-type]
         schedule = data.get("schedule", "sync")
         if schedule not in SCHEDULES:
@@ -215,6 +223,18 @@ class StageConfig(Strict):
         if problem:
             raise ValueError(problem)
         return self
+
+
+def protocol_episode(data: dict[str, Any]) -> dict[str, Any]:
+    """The stage with its protocol's episode defaults (EPISODE_DEFAULTS) under the episode keys it does not set."""
+    name = data.get("protocol", DEFAULT_PROTOCOL)
+    if name not in PROTOCOL_NAMES:
+        return data  # the field's own check names the choices
+    defaults = get_protocol(name).EPISODE_DEFAULTS
+    episode = data.get("episode")
+    if not defaults or not (episode is None or isinstance(episode, dict)):
+        return data
+    return {**data, "episode": {**defaults, **(episode or {})}}
 
 
 def episode_problem(protocol: str, episode: EpisodeConfig, backend: str = "http") -> str | None:

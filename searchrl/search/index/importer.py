@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from searchrl.search.base import unquoted
 from searchrl.search.encode.encoder import Encoder
 from searchrl.search.encode.profiles import PROFILES, profile_for
 from searchrl.search.index.build import (
@@ -78,13 +79,6 @@ R1_TITLE_SEPARATOR = "   "
 
 class IndexImportError(RuntimeError):
     """The files do not make an index this project can serve; the message says what was found."""
-
-
-def unquoted(first_line: str) -> str:
-    """wiki-18's first line without the one pair of quotes it writes around a title, and nothing else taken away:
-    Search-R1's protocol puts them back when it renders the passage (searchrl/protocols/search_r1.py), so a passage
-    imported and rendered gives Search-R1's string byte for byte (quotes inside a title and spaces kept)."""
-    return first_line[1:-1] if len(first_line) >= 2 and first_line[0] == first_line[-1] == '"' else first_line
 
 
 def search_r1_records(path: Path, report: CorpusReport) -> Iterator[tuple[Record, str]]:
