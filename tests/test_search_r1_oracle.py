@@ -18,7 +18,7 @@ from searchrl.search.base import Passage
 from searchrl.search.index.corpus import CorpusReport
 from searchrl.search.index.importer import search_r1_records
 from searchrl.stage.config import EpisodeConfig
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 RECORD = json.loads((FIXTURES / "search_r1_oracle/passages2string.json").read_text(encoding="utf-8"))
 CASES = RECORD["cases"]
@@ -122,6 +122,15 @@ def test_search_r1s_stage_runs_its_grpo_script_as_verl_normalises_it():
     assert (ns["algo.advantage.estimator"], v["algorithm.adv_estimator"]) == ("group_norm", "grpo")
     episode = plan["stage"].episode
     assert (episode.max_turns, episode.top_k) == (v["max_turns"], v["retriever.topk"])
+    # Validation every test_freq steps, greedy and one sample as its _validate generates (do_sample False).
+    assert ns["eval.steps"] == v["trainer.test_freq"] == 50 and ns["eval.dataset"].endswith("search_r1_test.jsonl")
+    assert (ns["eval.temperature"], ns["eval.n_samples_per_prompt"]) == (0.0, 1)
+    # Its 1,005 steps: `data prepare search_r1 --steps 1005` writes 1,005 x 512 prompts, one OpenRLHF episode over
+    # them (max_steps counts optimizer updates: 10 a step).
+    assert ns["train.num_episodes"] == 1 and v["trainer.total_training_steps"] == 1005
+    prompts = v["trainer.total_training_steps"] * ns["rollout.batch_size"]
+    updates = prompts * ns["rollout.n_samples_per_prompt"] // ns["train.batch_size"] * ns["train.num_episodes"]
+    assert updates == 1005 * 10 and "--steps 1005" in (ROOT / "configs/stages/search_r1.yaml").read_text()
 
 
 def test_search_r1s_ppo_script_is_a_named_choice():

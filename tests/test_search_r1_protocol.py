@@ -276,7 +276,17 @@ def test_search_r1s_published_parquet_becomes_prompts_in_its_protocol(tmp_path):
     assert [json.loads(g["label"]) if g["label"].startswith("[") else [g["label"]] for g in got] == [
         golds for _, golds, _ in questions
     ]
-    assert [g["data_source"] for g in got] == ["nq", "hotpotqa"]
+    assert [g["data_source"] for g in got] == [g["datasource"] for g in got] == ["nq", "hotpotqa"]
+    # --steps: exactly steps x prompts-per-step prompts, pass after shuffled pass (each question 3 or 4 times here).
+    stepped = tmp_path / "stepped.jsonl"
+    assert (
+        search_r1_main([*args[:2], "--out", str(stepped), *args[4:], "--steps", "7", "--prompts-per-step", "1"]) == 0
+    )
+    drawn = [json.loads(line)["question"] for line in stepped.read_text(encoding="utf-8").splitlines()]
+    assert len(drawn) == 7 and sorted(drawn.count(q) for q, _, _ in questions) == [3, 4]
+    assert all(set(drawn[i : i + 2]) == {q for q, _, _ in questions} for i in (0, 2, 4))  # each pass whole
+    report = json.loads(stepped.with_suffix(".report.json").read_text())
+    assert report["written"] == 7 and report["steps"] == {"steps": 7, "prompts_per_step": 1, "questions": 2}
     rows[1]["reward_model"] = {"style": "rule"}
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "broken.parquet")
     assert search_r1_main(["--input", str(tmp_path / "broken.parquet"), "--out", str(out)]) == 2

@@ -209,25 +209,31 @@ def check_servers(
     return checks
 
 
-def check_data(stage: StageConfig, flags: dict[str, Any], model: Any, stage_name: str) -> list[Check]:
-    data = flags.get("data.prompt_dataset")
+def check_data(
+    stage: StageConfig, flags: dict[str, Any], model: Any, stage_name: str, key: str = "data.prompt_dataset"
+) -> list[Check]:
+    """The prompts under `key` (the training data, or eval.dataset's test set) prepared for this model and stage."""
+    data = flags.get(key)
+    what = "prompt data" if key == "data.prompt_dataset" else "evaluation data"
+    split = "" if key == "data.prompt_dataset" else " --split test --keep-leaked"
     prepare = (
-        f"python -m {stage_package(stage.stage)}.prepare_data --model {stage.model} --input QUESTIONS --out {data}"
+        f"python -m {stage_package(stage.stage)}.prepare_data --model {stage.model} --input QUESTIONS{split} "
+        f"--out {data}"
     )
     if stage.prompt is not None or stage.protocol != "r1-searcher":
         # The stage's own prompt (RAG-R1's rules, Router-R1's pool) or its protocol's instruction (Search-R1's) is
         # rendered only through its config.
         prepare += f" --config configs/stages/{STAGES.get(stage_name, stage_name)}.yaml"
     if not data:
-        return [Check("prompt data", False, "openrlhf.data.prompt_dataset is not set", prepare)]
+        return [Check(what, False, f"openrlhf.{key} is not set", prepare)]
     path = Path(str(data))
     if not path.is_file():
-        return [Check("prompt data", False, f"{path}: no such file", prepare)]
+        return [Check(what, False, f"{path}: no such file", prepare)]
     report_file = path.with_suffix(".report.json")
     try:
         report = json.loads(report_file.read_text())
     except (OSError, ValueError):
-        return [Check("prompt data prepared for this model", False, f"{report_file}: no preparation report", prepare)]
+        return [Check(f"{what} prepared for this model", False, f"{report_file}: no preparation report", prepare)]
     want = template_fingerprint(model)
     problems = []
     if report.get("model") != model.name:
@@ -244,7 +250,7 @@ def check_data(stage: StageConfig, flags: dict[str, Any], model: Any, stage_name
         problems.append(f"first record lacks {missing}")
     return [
         Check(
-            "prompt data prepared for this model",
+            f"{what} prepared for this model",
             not problems,
             f"{path} ({report.get('written')} prompts, model {report.get('model')})"
             if not problems
@@ -345,6 +351,8 @@ def submission_checks(plan: dict[str, Any], env: dict[str, Any], run_dir: Path |
     checks += package
     checks += check_servers(stage, run_dir or RUNS / "servers", stage_name=plan["stage_name"])
     checks += check_data(stage, plan["flags"], plan["model"], plan["stage_name"])
+    if plan["flags"].get("eval.dataset"):
+        checks += check_data(stage, plan["flags"], plan["model"], plan["stage_name"], key="eval.dataset")
     checks += check_checkpoint(plan["policy"], plan["policy_source"])
     forwarded = sorted(k for k in env["env_vars"] if k != CONFIG_JSON_ENV)
     checks.append(Check("secrets forwarded", True, ", ".join(forwarded) + " (masked)" if forwarded else "none set"))

@@ -187,13 +187,17 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
             "question": question,
         }
         if row.get("data_source"):
-            out["data_source"] = row["data_source"]
+            # OpenRLHF's evaluation reports its figures by `datasource`, as verl's validation does by data_source.
+            out["data_source"] = out["datasource"] = row["data_source"]
         if buckets:
             right = difficulty(row, golds, args.correct_metric)
             out["bucket"] = next((n for n, lo, hi in buckets if right is not None and lo <= right <= hi), "unknown")
         rows.append(out)
     if buckets and args.mix:
         rows = mix_buckets(rows, parse_mix(args.mix, [b[0] for b in buckets]), args.size or len(rows), args.seed)
+    read = len(rows)
+    if getattr(args, "steps", None):
+        rows = passes(rows, args.steps * args.prompts_per_step, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as fh:
         for row in rows:
@@ -207,6 +211,11 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         **({"stage_overrides": list(args.overrides)} if args.overrides else {}),
         "template_sha256": template_fingerprint(model),
         "written": len(rows),
+        **(
+            {"steps": {"steps": args.steps, "prompts_per_step": args.prompts_per_step, "questions": read}}
+            if getattr(args, "steps", None)
+            else {}
+        ),
         # Prompts rendered from a published row's own messages (`data prepare search_r1`), the rest rebuilt.
         "own_prompts": own_prompts,
         "duplicates": duplicates,
@@ -222,6 +231,18 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
         report["buckets"] = dict(Counter(r["bucket"] for r in rows))
     args.out.with_suffix(".report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def passes(rows: list[dict[str, Any]], total: int, seed: int) -> list[dict[str, Any]]:
+    """`total` rows drawn pass by pass, each pass a fresh seeded shuffle of them all and the last one cut, as verl's
+    sampler draws epochs until its `total_training_steps` stops it: every question seen as often, give or take one."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    while len(out) < total:
+        order = list(rows)
+        rng.shuffle(order)
+        out += order[: total - len(out)]
+    return out
 
 
 def build_parser(stage: str, command: str | None = None, config: str | None = None) -> argparse.ArgumentParser:
@@ -264,6 +285,14 @@ def build_parser(stage: str, command: str | None = None, config: str | None = No
             help="rebuild each verl row's prompt from its question with Search-R1's instruction (default: render the "
             "row's own messages, its instruction and any system turn, as Search-R1's data loader does)",
         )
+        p.add_argument(
+            "--steps",
+            type=int,
+            default=None,
+            help="write exactly STEPS x --prompts-per-step prompts, pass after shuffled pass over the questions, so "
+            "one OpenRLHF episode is that many steps (Search-R1's train_grpo.sh: 1005; default: each question once)",
+        )
+        p.add_argument("--prompts-per-step", type=int, default=512, help="prompts a step (rollout.batch_size)")
     else:
         p.set_defaults(own_prompt=False)
     if stage == "stage1_format":
@@ -273,6 +302,7 @@ def build_parser(stage: str, command: str | None = None, config: str | None = No
             "--size", type=int, default=None, help="questions to draw with --mix (default: as many as read)"
         )
         p.add_argument("--correct-metric", choices=["em", "cem", "f1"], default="cem", help="when a rollout is right")
+    if stage == "stage1_format" or command == "search_r1":
         p.add_argument("--seed", type=int, default=0)
     return p
 

@@ -410,6 +410,9 @@ def set_up(
         else Override("ckpt.save_steps", 1, "a DeepSpeed checkpoint every step, for the crash check"),
         Override("train.seed", seed, "--seed"),
     ]
+    if base["flags"].get("eval.dataset"):
+        # The stage validates on a test set the rehearsal does not have: its own questions stand in (read at start).
+        run.append(Override("eval.dataset", str(data), "the rehearsal's questions stand in for the stage's test set"))
     return TrainingRun(
         stage_name, stage, model, overrides, steps, out, work, start, [*cpu, *run], pool, prompts_per_step * samples
     )
