@@ -20,11 +20,11 @@ import json
 import time
 from pathlib import Path
 
+from searchrl.paths import ROOT
 from searchrl.protocols import search_r1
 from searchrl.search.http_client import HttpSearchBackend
 from searchrl.search.retrieve import RetrieveBackend
 
-ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "tests/fixtures/search/kiltmini_queries.jsonl"
 TURN = 512 * 5
 
