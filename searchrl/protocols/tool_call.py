@@ -1,14 +1,16 @@
-"""The native tool-call protocol of chat models (`protocol: tool-call`), as Qwen2.5's and Qwen3's templates write it.
+"""The native tool-call protocol of chat models (`protocol: tool-call`), in each family's own call format.
 
-Search is a function in the chat template's `tools` list. The policy calls it in its own format,
-`<tool_call>\n{"name": "search", "arguments": {"query": "..."}}\n</tool_call>`; the result comes back as a `tool`
-turn, rendered by the tokenizer's chat template (`<tool_response>` inside a user turn, then a new assistant turn);
-the final answer goes in `<answer>`, as in the other protocols. A call that is not JSON, names another function
-or lacks its query is no search: the episode ends there and the reward names the problem (`violation_tool_call`).
+Search is a function in the chat template's `tools` list. The policy calls it as its family writes calls (Qwen2.5's
+and Qwen3's `<tool_call>\n{"name": "search", "arguments": {"query": "..."}}\n</tool_call>`, Qwen3.5's
+`<function=search>`, Llama 3's bare JSON, gpt-oss's harmony header, Gemma 4's, GLM-4's: `tool_families.py`), read
+with transformers' `parse_response`; the result comes back as the template's own `tool` turn; the final answer goes
+in `<answer>`, as in the other protocols. A call that cannot be read, names another function or lacks its query is
+no search: the episode ends there and the reward names the problem (`violation_tool_call`).
 
-The tool turn is the template's own: `with_template` derives it from the tokenizer once per process. Without a
-tokenizer (the reward server, config checks) the ChatML turn Qwen's templates render stands in; the reward reads
-any ChatML tool turn, and a template whose turn it could not read is refused when it is bound.
+`with_template` finds the family from what the tokenizer's chat template renders for a call of `search`, and
+derives its tool turn, once per process. Without a tokenizer (the reward server, config checks) the protocol holds
+Qwen's ChatML turn and the reward reads every family's calls and tool turns; a template whose call or turn it
+could not read is refused when it is bound, with the reason.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from searchrl.protocols import r1_searcher as r1
+from searchrl.protocols.tool_families import FORMS, HERMES_JSON, RESPONSE_MARKERS, TOOL_TURNS, CallForm
 from searchrl.search.base import Passage
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -59,29 +62,18 @@ STOP_OPENS = {CALL_CLOSE: CALL_OPEN, ANSWER_CLOSE: ANSWER_OPEN}
 DOCUMENTS_OPEN = RESPONSE_OPEN
 DOCUMENTS_CLOSE = RESPONSE_CLOSE
 
-_CALL = re.compile(f"{CALL_OPEN}(.*?){CALL_CLOSE}", re.DOTALL)
+_CALL = HERMES_JSON.call
 _ANSWER = re.compile(f"{ANSWER_OPEN}(.*?){ANSWER_CLOSE}", re.DOTALL)
-# A tool turn as any ChatML template renders it: the assistant turn closed, a user turn of tool responses, a new
-# assistant turn (with the empty think block Qwen3 adds when thinking is off).
-_TOOL_TURN = re.compile(
-    r"(?:<\|im_end\|>\s*)?<\|im_start\|>user\s*(?:<tool_response>.*?</tool_response>\s*)+<\|im_end\|>\s*"
-    r"<\|im_start\|>assistant\n?(?:<think>\s*</think>\s*)?",
-    re.DOTALL,
-)
-_SENTINEL = "\x00searchrl-tool-result\x00"
+# The markers of calls whose open and close are tags of their own: each opened must be closed.
+_CALL_PAIRS = (("<tool_call>", "</tool_call>"), ("<|tool_call>", "<tool_call|>"), ("to=functions.", "<|call|>"))
+# A tool result that the JSON-encoding templates (Llama 3, gpt-oss) show escaped: the binding tells which.
+_SENTINEL = 'searchrl "tool"\nresult'
+_PROBE_QUERY = "searchrl probe"
 
 
-def read_call(body: str) -> tuple[str | None, str | None]:
-    """The query of one call's body, or the problem that makes it no search: not JSON, another function, no query."""
-    try:
-        call = json.loads(body)
-    except ValueError:
-        return None, "bad JSON"
-    if not isinstance(call, dict):
-        return None, "bad JSON"
-    if call.get("name") != TOOL_NAME:
-        return None, f"unknown function {str(call.get('name'))[:40]!r}"
-    arguments = call.get("arguments")
+def _checked(name: Any, arguments: Any) -> tuple[str | None, str | None]:
+    if name != TOOL_NAME:
+        return None, f"unknown function {str(name)[:40]!r}"
     if isinstance(arguments, str):  # some templates and models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
@@ -93,62 +85,151 @@ def read_call(body: str) -> tuple[str | None, str | None]:
     return " ".join(query.split()), None
 
 
+def read_call(body: str) -> tuple[str | None, str | None]:
+    """The query of one JSON call's body, or the problem that makes it no search: not JSON, another function, no
+    query."""
+    return read_span(f"{CALL_OPEN}{body}{CALL_CLOSE}", HERMES_JSON)
+
+
+def read_span(span: str, form: CallForm, reader: dict[str, Any] | None = None) -> tuple[str | None, str | None]:
+    """One call as its family writes it, read by transformers' `parse_response` with `reader` (the checkpoint's own
+    response template) or the form's; the query, or the problem that makes it no search."""
+    from transformers.utils.chat_parsing import parse_response
+
+    try:
+        message = parse_response(span, reader or form.template, prefix="")
+    except ValueError:
+        return None, form.unreadable
+    calls = message.get("tool_calls")
+    call = (calls[0] if calls else None) if isinstance(calls, list) else calls
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return None, form.unreadable
+    return _checked(function.get("name"), function.get("arguments", function.get("parameters")))
+
+
+def _form_of(span: str, body: str) -> CallForm:
+    if span.startswith(CALL_OPEN):
+        for form in FORMS.values():
+            if form.call is _CALL and form.shape is not None and form.shape.search(body):
+                return form
+        return HERMES_JSON
+    return next(f for f in FORMS.values() if f.call is not _CALL and f.call.fullmatch(span))
+
+
+def find_calls(own: str, form: CallForm | None = None) -> list[tuple[str, CallForm]]:
+    """Every complete call in the policy's own text, in order, with its form: `form`'s calls only, or (the reward,
+    which has no tokenizer) those of every family."""
+    if form is not None:
+        return [(m.group(0), form) for m in form.call.finditer(own) if _form_of(m.group(0), _body(m)) is form]
+    found = {m.start(): m for f in FORMS.values() for m in f.call.finditer(own)}
+    return [(found[at].group(0), _form_of(found[at].group(0), _body(found[at]))) for at in sorted(found)]
+
+
+def _body(m: re.Match[str]) -> str:
+    return m.group(1) if m.re.groups else m.group(0)
+
+
+# gpt-oss starts each message of its turn (analysis, call, final answer) with this: structure, not a role it plays.
+_HARMONY_NEXT = "<|end|><|start|>assistant"
+
+
 def own_text(text: str) -> str:
-    """The policy's own text: the tool turns the environment appended left out."""
-    return _TOOL_TURN.sub("", text)
+    """The policy's own text: the tool turns the environment appended left out (a think block a turn opens kept)."""
+    own = TOOL_TURNS.sub(lambda m: m.group("open") or "", text)
+    return own.replace(_HARMONY_NEXT, "<|end|>") if _HARMONY_NEXT in own else own
+
+
+def _document_blocks(text: str) -> int:
+    return sum(max(1, m.group(0).count(RESPONSE_OPEN)) for m in TOOL_TURNS.finditer(text))
 
 
 @dataclass(frozen=True)
 class ToolTurn:
-    """What the environment appends after a call, around the results: the template's turn, split at the results."""
+    """What the environment appends after a call, around the results: the template's turn, split at the results;
+    `escaped`: the template writes the result as a JSON string."""
 
     before: str = "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
     after: str = "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    escaped: bool = False
+
+    def around(self, content: str, after: str = "") -> str:
+        # Where the call ends at the end of the turn (Llama 3's `<|eot_id|>`), the segment may already hold it.
+        before = self.before
+        for end in ("<|eot_id|>",):
+            if after.endswith(end) and before.startswith(end):
+                before = before[len(end) :]
+        return f"{before}{json.dumps(content)[1:-1] if self.escaped else content}{self.after}"
 
 
-def tool_turn(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> ToolTurn:
-    """The tool turn as the tokenizer's chat template renders it after a search call, with a new assistant turn; an
-    error naming what is missing when the template renders no call or no tool result, or a turn the reward cannot
-    read."""
-    call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": {QUERY_ARGUMENT: "q"}}}
+def _render(tokenizer: Any, arguments: Any, kwargs: dict[str, Any]) -> str:
+    call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
     messages = [
         {"role": "user", "content": "?"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "content": _SENTINEL},
     ]
+    return tokenizer.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True, **kwargs)
+
+
+def bind(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> tuple[CallForm, ToolTurn]:
+    """The call form and tool turn of the tokenizer's chat template, read from what it renders for a call of
+    `search` and its result; an error naming the reason when the template lists no tools, renders no call the
+    protocol reads back, or a tool turn the reward cannot read."""
     kwargs = {k: v for k, v in (template_kwargs or {}).items() if k != "tools"}
-    rendered = tokenizer.apply_chat_template(
-        messages, tools=TOOLS, tokenize=False, add_generation_prompt=True, **kwargs
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "?"}], tools=TOOLS, tokenize=False, add_generation_prompt=True, **kwargs
     )
-    if CALL_CLOSE not in rendered or _SENTINEL not in rendered:
+    arguments = {QUERY_ARGUMENT: _PROBE_QUERY}
+    try:
+        rendered = _render(tokenizer, arguments, kwargs)
+    except (TypeError, ValueError):
+        # DeepSeek-V3's template concatenates the arguments as a JSON string.
+        rendered = _render(tokenizer, json.dumps(arguments), kwargs)
+    escaped = _SENTINEL not in rendered and json.dumps(_SENTINEL)[1:-1] in rendered
+    result = json.dumps(_SENTINEL)[1:-1] if escaped else _SENTINEL
+    at = rendered.find(result)
+    calls = [c for c in find_calls(rendered[: max(at, 0)]) if read_span(*c)[0] == _PROBE_QUERY]
+    listed = TOOL_NAME in prompt.replace("?", "")
+    if not calls or at < 0 or not listed:
+        # DeepSeek-V3's template renders a call of its own format but never the tools list: the policy could not
+        # know the function, so the reason names both.
+        unlisted = "; nor does it render the `tools` list into the prompt" if not listed else ""
         raise ValueError(
-            f"protocol tool-call: the tokenizer's chat template renders no {CALL_CLOSE} call or no tool result; "
-            "use a chat model whose template has tools (Qwen2.5, Qwen3), or another protocol"
+            f"protocol tool-call: the tokenizer's chat template renders no {CALL_CLOSE} call or no tool result "
+            f"that the protocol reads{unlisted}; use a chat model whose template has tools (docs/REWARDS.md lists "
+            "the families), or another protocol"
         )
-    tail = rendered[rendered.rindex(CALL_CLOSE) + len(CALL_CLOSE) :]
-    before, after = tail.split(_SENTINEL, 1)
-    turn = ToolTurn(before, after)
-    probe = f"{CALL_OPEN}{{}}{CALL_CLOSE}{turn.before}x{turn.after}{ANSWER_OPEN} a {ANSWER_CLOSE}"
-    if own_text(probe) != f"{CALL_OPEN}{{}}{CALL_CLOSE}{ANSWER_OPEN} a {ANSWER_CLOSE}":
+    span, form = calls[-1]
+    turn = ToolTurn(rendered[rendered.rindex(span, 0, at) + len(span) : at], rendered[at + len(result) :], escaped)
+    if TOOL_TURNS.fullmatch(turn.around("Doc 1 x")) is None:
         raise ValueError(
-            f"protocol tool-call: the chat template's tool turn {tail!r} is not a ChatML turn the reward can read"
+            f"protocol tool-call: the chat template's tool turn {turn.before}...{turn.after!r} is not one the "
+            "reward can read"
         )
-    return turn
+    return form, turn
+
+
+def tool_turn(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> ToolTurn:
+    """The tool turn as the tokenizer's chat template renders it after a search call, with a new assistant turn."""
+    return bind(tokenizer, template_kwargs)[1]
 
 
 @dataclass(frozen=True)
 class ParsedSolution:
     text: str
     own: str
-    calls: tuple[str, ...]  # the body of every complete call the policy wrote
+    calls: tuple[str, ...]  # every complete call the policy wrote, as it wrote it
     answer_opens: int
     answer_closes: int
     answer: str | None
+    forms: tuple[CallForm, ...] = ()  # each call's form (the JSON one where not given)
     ANSWER_FORBIDDEN = (CALL_OPEN, CALL_CLOSE, RESPONSE_OPEN, RESPONSE_CLOSE, THINK_OPEN, THINK_CLOSE)
 
     @cached_property
     def read(self) -> list[tuple[str | None, str | None]]:
-        return [read_call(body) for body in self.calls]
+        forms = self.forms or (HERMES_JSON,) * len(self.calls)
+        return [read_span(span, form) for span, form in zip(self.calls, forms, strict=True)]
 
     @property
     def call_problems(self) -> list[str]:
@@ -164,7 +245,7 @@ class ParsedSolution:
 
     @property
     def num_document_blocks(self) -> int:
-        return self.text.count(RESPONSE_OPEN) - self.own.count(RESPONSE_OPEN)
+        return _document_blocks(self.text)
 
     @property
     def searched(self) -> bool:
@@ -172,68 +253,92 @@ class ParsedSolution:
 
     @property
     def blocks_balanced(self) -> bool:
-        """Every call opened was closed, none of the environment's tags typed by the policy, and each search
+        """Every call opened was closed, none of the environment's markers typed by the policy, and each search
         brought one tool turn."""
         own = self.own
+        delimited = sum(not span.startswith("{") for span in self.calls)
         return (
-            own.count(CALL_OPEN) == own.count(CALL_CLOSE) == len(self.calls)
-            and RESPONSE_OPEN not in own
-            and RESPONSE_CLOSE not in own
+            sum(own.count(o) for o, _ in _CALL_PAIRS) == sum(own.count(c) for _, c in _CALL_PAIRS) == delimited
+            and not any(marker in own for marker in RESPONSE_MARKERS)
             and self.num_searches == self.num_document_blocks
         )
 
     @property
     def structure_ok(self) -> bool:
-        """Every think block the policy opened it closed, in order, none left open."""
-        depth = 0
-        for tag in re.findall(f"{THINK_OPEN}|{THINK_CLOSE}", self.own):
+        """Every think block the policy opened it closed, in order, none left open; a first tag that closes one
+        closes the block the template's generation prompt opened (Qwen3.5's, Nemotron 3's with thinking on)."""
+        tags = re.findall(f"{THINK_OPEN}|{THINK_CLOSE}", self.own)
+        depth = 1 if tags[:1] == [THINK_CLOSE] else 0
+        for tag in tags:
             depth += 1 if tag == THINK_OPEN else -1
             if depth not in (0, 1):
                 return False
         return depth == 0
 
 
-def parse_solution(text: str) -> ParsedSolution:
+def parse_solution(text: str, form: CallForm | None = None) -> ParsedSolution:
+    """The solution as the reward reads it: `form`'s calls, or (no tokenizer) every family's."""
     own = own_text(text)
     answers = _ANSWER.findall(own)
+    calls = find_calls(own, form)
     return ParsedSolution(
         text=text,
         own=own,
-        calls=tuple(_CALL.findall(own)),
+        calls=tuple(span for span, _ in calls),
         answer_opens=own.count(ANSWER_OPEN),
         answer_closes=own.count(ANSWER_CLOSE),
         answer=answers[-1].strip() if answers else None,
+        forms=tuple(f for _, f in calls),
     )
 
 
 @dataclass(frozen=True)
 class ToolCallProtocol:
-    """The protocol with one template's tool turn; `PROTOCOLS["tool-call"]` holds it with the ChatML turn."""
+    """The protocol with one template's call form and tool turn; `PROTOCOLS["tool-call"]` holds Qwen's (JSON calls,
+    the ChatML turn). `reader`: the checkpoint's own response template, where its tokenizer has one."""
 
     turn: ToolTurn = field(default_factory=ToolTurn)
+    form: CallForm = HERMES_JSON
+    reader: dict[str, Any] | None = None
     NAME = NAME
     PROMPT = PROMPT
     PROMPT_END = PROMPT_END
     TOOLS = TOOLS
     INVALID_ACTION = INVALID_ACTION
-    SEARCH_CLOSE = SEARCH_CLOSE
-    STOP_OPENS = STOP_OPENS
-    DOCUMENTS_OPEN = DOCUMENTS_OPEN
-    DOCUMENTS_CLOSE = DOCUMENTS_CLOSE
     MULTI_QUERY = MULTI_QUERY
     CUT_AFTER: ClassVar[str | None] = None
     EPISODE_DEFAULTS: ClassVar[dict] = {}
 
+    @property
+    def SEARCH_CLOSE(self) -> str:  # noqa: N802 - the TagProtocol attribute every protocol spells so
+        return self.form.stop
+
+    @property
+    def STOP_OPENS(self) -> dict[str, str]:  # noqa: N802
+        # A call ended by the end of the turn (Llama 3) is not closed by appending it: the tool turn writes it.
+        call = {} if self.form.stop == "<|eot_id|>" else {self.form.stop: self.form.opener}
+        return {**call, ANSWER_CLOSE: ANSWER_OPEN}
+
+    @property
+    def DOCUMENTS_OPEN(self) -> str:  # noqa: N802
+        return self.form.documents_open
+
+    @property
+    def DOCUMENTS_CLOSE(self) -> str:  # noqa: N802
+        return self.form.documents_close
+
     def with_template(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> ToolCallProtocol:
-        return ToolCallProtocol(tool_turn(tokenizer, template_kwargs))
+        form, turn = bind(tokenizer, template_kwargs)
+        return ToolCallProtocol(turn, form, getattr(tokenizer, "response_template", None))
 
     def stops(self, stop_after_answer: bool) -> list[str]:
-        return [CALL_CLOSE, ANSWER_CLOSE] if stop_after_answer else [CALL_CLOSE]
+        return [self.form.stop, ANSWER_CLOSE] if stop_after_answer else [self.form.stop]
 
     def search_query(self, segment: str) -> str | None:
-        """The query of the segment's last call; None when it has none or the call is malformed."""
-        calls = _CALL.findall(own_text(segment))
-        return read_call(calls[-1])[0] if calls else None
+        """The query of the segment's last call in the bound family's form; None when it has none or the call is
+        malformed."""
+        calls = find_calls(own_text(segment), self.form)
+        return read_span(calls[-1][0], self.form, self.reader)[0] if calls else None
 
     def answered(self, segment: str) -> bool:
         return _ANSWER.search(own_text(segment)) is not None
@@ -250,10 +355,10 @@ class ToolCallProtocol:
 
     def documents_block(self, entries: Sequence[str], after: str = "") -> str:
         lines = "\n".join(f"Doc {i} {entry}" for i, entry in enumerate(entries, start=1))
-        return f"{self.turn.before}{lines}{self.turn.after}"
+        return self.turn.around(lines, after)
 
     def message_block(self, message: str, after: str = "") -> str:
-        return f"{self.turn.before}{message.strip()}{self.turn.after}"
+        return self.turn.around(message.strip(), after)
 
     def queries_block(
         self, queries: Sequence[str], documents: Sequence[Sequence[str]], empty: str, after: str = ""

@@ -57,12 +57,24 @@ def render_messages(
         messages, tokenize=False, add_generation_prompt=True, **model.chat_template_kwargs
     )
     tools = model.chat_template_kwargs.get("tools")
-    if isinstance(tools, list) and not all(f'"{t["function"]["name"]}"' in prompt for t in tools):  # type: ignore[index]
+    if isinstance(tools, list) and not _lists_tools(model, messages, tokenizer, prompt, tools):
         raise ValueError(
             f"model {model.name!r}: the chat template of {model.tokenizer} does not list the tools; a protocol "
-            "that calls tools (tool-call) needs a chat model whose template renders `tools` (Qwen2.5, Qwen3)"
+            "that calls tools (tool-call) needs a chat model whose template renders `tools` (docs/REWARDS.md)"
         )
     return _ended(model, prompt + model.assistant_prefix, prompt_end)
+
+
+def _lists_tools(
+    model: ModelConfig, messages: list[dict[str, str]], tokenizer: ChatTokenizer, prompt: str, tools: list
+) -> bool:
+    """Whether the template rendered the tools: each one's name in the prompt, which the prompt without the tools
+    lacks there (families quote it, `"search"`, or declare it, Gemma 4's `declaration:search{`)."""
+    kwargs = {k: v for k, v in model.chat_template_kwargs.items() if k != "tools"}
+    bare = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    return prompt != bare and all(
+        prompt.count(t["function"]["name"]) > bare.count(t["function"]["name"]) for t in tools
+    )
 
 
 def _ended(model: ModelConfig, prompt: str, prompt_end: str | None) -> str:
