@@ -27,11 +27,11 @@ HYBRID_RECALL_AT_5_FLOOR = 0.85
 
 
 @functools.cache
-def rebuilt(index_type: str, bm25: bool = False):
+def rebuilt(index_type: str, bm25: bool = False, bm25_flavour: str = "bm25s"):
     """The fixture index rebuilt as another type: the store and shards are reused, nothing is re-encoded."""
     out = scratch_dir(f"searchrl-{index_type}-") / "index"
     shutil.copytree(fixture_index(), out, ignore=shutil.ignore_patterns("manifest.json", "index.*"))
-    build(out=out, **build_kwargs() | {"factory": None}, index_type=index_type, bm25=bm25)
+    build(out=out, **build_kwargs() | {"factory": None}, index_type=index_type, bm25=bm25, bm25_flavour=bm25_flavour)
     return out
 
 

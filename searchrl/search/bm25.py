@@ -1,8 +1,11 @@
 """BM25 over an index directory's passage store (the `bm25s` library), saved beside the dense index.
 
 `bm25s` keeps the index as a sparse matrix of precomputed term scores in .npy arrays plus JSON vocabulary and
-parameters (saved and loaded with allow_pickle=False), memory-mapped at load. Tokenisation: lower-case word
-runs, English stopwords removed, Snowball English stems; queries go through the same steps.
+parameters (saved and loaded with allow_pickle=False), memory-mapped at load. Two flavours, chosen when the index is
+built (`--bm25-flavour`): `bm25s` (lower-case word runs of two or more characters, bm25s's English stopwords,
+Snowball stems, k1 1.5, b 0.75) and `pyserini`, as Search-R1's BM25 ranks with pyserini's `LuceneSearcher` defaults
+(k1 0.9, b 0.4, Lucene's 33 English stopwords, Porter stems, words kept whole across `.` and `'`, possessives
+dropped, as Anserini's English analyzer does). Queries go through the same steps as the index's passages.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -39,33 +43,54 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PARAMS = {"library": "bm25s", "method": "lucene", "k1": 1.5, "b": 0.75, "stopwords": "en", "stemmer": "english"}
+# Lucene's EnglishAnalyzer stop set, which Anserini's default analyzer uses.
+LUCENE_STOPWORDS = (
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
+    "this to was will with"
+).split()
+FLAVOURS: dict[str, dict] = {
+    "bm25s": PARAMS,
+    "pyserini": {
+        **PARAMS, "flavour": "pyserini", "k1": 0.9, "b": 0.4, "stopwords": LUCENE_STOPWORDS, "stemmer": "porter",
+        "token_pattern": r"(?u)\w+(?:[.'’:]\w+)*", "possessives": True,
+    },
+}  # fmt: skip
+DEFAULT_PATTERN = r"(?u)\b\w\w+\b"
+_POSSESSIVE = re.compile(r"['’]s\b")
 
 
-def _stemmer():
+def _stemmer(params: dict = PARAMS):
     import Stemmer
 
-    return Stemmer.Stemmer(PARAMS["stemmer"])
+    return Stemmer.Stemmer(params["stemmer"])
 
 
-def build_bm25(out: Path, checksum: str) -> dict:
+def _cleaned(text: str, params: dict) -> str:
+    """The text as the flavour's tokenizer reads it: possessives dropped where the flavour drops them."""
+    return _POSSESSIVE.sub("", text) if params.get("possessives") else text
+
+
+def build_bm25(out: Path, checksum: str, flavour: str = "bm25s") -> dict:
     """Index every store row (title line + text, as embedded) into out/bm25; reused when its record matches."""
     import bm25s
     from bm25s.tokenization import Tokenizer
     from tqdm import tqdm
 
-    info = {"corpus_sha256": checksum, **PARAMS}
+    params = FLAVOURS[flavour]
+    info = {"corpus_sha256": checksum, **params}
     previous = read_json(out / BM25_INFO)
     if previous and {k: previous.get(k) for k in info} == info and (out / BM25_DIR).is_dir():
         log.info("BM25 index already built, reusing it")
         return previous
     remove_durably(out / BM25_INFO)
     store = PassageStore(out / STORE_DIR)
-    tokenizer = Tokenizer(stopwords=PARAMS["stopwords"], stemmer=_stemmer())
-    texts = (passage_text(store.title(r), store.text(r)) for r in range(len(store)))
+    pattern = params.get("token_pattern", DEFAULT_PATTERN)
+    tokenizer = Tokenizer(splitter=pattern, stopwords=params["stopwords"], stemmer=_stemmer(params))
+    texts = (_cleaned(passage_text(store.title(r), store.text(r)), params) for r in range(len(store)))
     ids = list(
         tqdm(tokenizer.streaming_tokenize(texts), total=len(store), desc="bm25", unit=" passages", dynamic_ncols=True)
     )
-    retriever = bm25s.BM25(method=PARAMS["method"], k1=PARAMS["k1"], b=PARAMS["b"])
+    retriever = bm25s.BM25(method=params["method"], k1=params["k1"], b=params["b"])
     retriever.index((ids, tokenizer.get_vocab_dict()), show_progress=False)
     del ids
     tmp = out / (BM25_DIR + ".tmp")
@@ -114,7 +139,9 @@ class BM25Backend:
             raise IndexValidationError(
                 f"{self.index_dir / folder} indexes {n_docs} passages, the store holds {len(self.store)}"
             )
-        self.stemmer = _stemmer()
+        # The index's own tokenisation, which its record names (an index made before flavours: bm25s's).
+        self.params = {**PARAMS, **{k: v for k, v in on_disk.items() if k in FLAVOURS["pyserini"]}}
+        self.stemmer = _stemmer(self.params)
         self._lock = threading.Lock()
 
     @classmethod
@@ -129,7 +156,12 @@ class BM25Backend:
 
         k = min(top_k, len(self.store))
         tokens = bm25s.tokenize(
-            queries, stopwords=PARAMS["stopwords"], stemmer=self.stemmer, return_ids=False, show_progress=False
+            [_cleaned(q, self.params) for q in queries],
+            token_pattern=self.params.get("token_pattern", DEFAULT_PATTERN),
+            stopwords=self.params["stopwords"],
+            stemmer=self.stemmer,
+            return_ids=False,
+            show_progress=False,
         )
         with self._lock:
             rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)

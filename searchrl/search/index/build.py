@@ -438,6 +438,7 @@ def build(
     max_seq_length: int | None = None,
     index_type: str = "faiss",
     bm25: bool = False,
+    bm25_flavour: str = "bm25s",
     encoder_backend: str = "torch",
     queries: str | Path | None = None,
     accept_recall: float | None = None,
@@ -495,7 +496,7 @@ def build(
         recall_record = {"outcome": f"exact: compact at {n} passages costs no less memory than exact", "recall": 1.0}
     bm25_info = None
     if bm25:
-        bm25_info = build_bm25(out, checksum)
+        bm25_info = build_bm25(out, checksum, bm25_flavour)
     manifest = {
         "version": MANIFEST_VERSION,
         "model": model,
@@ -603,6 +604,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--train-size", type=int, default=1_000_000, help="vectors sampled to train IVF/PQ/SQ")
     p.add_argument("--bm25", action="store_true", help="also build the BM25 index (bm25s) beside the dense one")
+    p.add_argument(
+        "--bm25-flavour",
+        choices=["bm25s", "pyserini"],
+        default="bm25s",
+        help="how BM25 tokenises and weighs: bm25s's defaults, or pyserini's (Search-R1's BM25: k1 0.9, b 0.4, "
+        "Lucene's analyzer) (default %(default)s)",
+    )
     add_recall_options(p)
     p.add_argument(
         "--max-bad-lines",
@@ -665,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
             encoder_backend=args.encoder_backend,
             index_type=args.index_type,
             bm25=args.bm25,
+            bm25_flavour=args.bm25_flavour,
             queries=args.queries,
             accept_recall=args.accept_recall,
         )
