@@ -82,8 +82,8 @@ def role_leakage(p: ParsedSolution, ctx: FormatContext) -> bool:
     # policy's own text is read. One scan for the shared tail instead of one per spelling: this runs per sample.
     text = p.text if ctx.role_leakage_scope == "solution" else p.outside_documents
     at = text.find("ssistant")
-    while at > 0:
-        if text[at - 1] in "Aa":
+    while at >= 0:
+        if at > 0 and text[at - 1] in "Aa":
             return True
         at = text.find("ssistant", at + 1)
     return False
