@@ -127,3 +127,38 @@ def test_a_merged_report_keeps_each_runs_commit_and_warm_start(tmp_path):
     again = json.loads((tmp_path / "again/learning.json").read_text())
     assert [s["seed"] for s in again["seeds"]] == [0, 1, 2]
     assert [(m["seeds"], m["commit"]["head"][0]) for m in again["merged_from"]] == [([0], "a"), ([2], "b"), ([1], "c")]
+
+
+def test_the_splits_are_disjoint_real_and_fictional_questions_and_nothing_trains_on_dev():
+    """Stage 1's dev questions are real ones nothing trains on (not among the 250 training questions nor its 100
+    held-out ones); stage 2's splits are the fictional world's people; an unknown split is refused."""
+    from benchmarks.learning import questions
+    from searchrl.metrics import normalize_answer
+    from searchrl.tiny_policy.mixture import real_questions
+
+    dev, held = questions("stage1", "dev"), questions("stage1", "heldout")
+    trained = {normalize_answer(q.query) for q in real_questions()}
+    names = lambda rows: {normalize_answer(r["question"]) for r in rows}  # noqa: E731
+    assert len(dev) == len(held) == 100 and not names(dev) & names(held) and not names(dev) & trained
+    assert not names(held) & trained
+    assert not names(questions("stage2", "dev")) & names(questions("stage2", "heldout"))
+    with pytest.raises(ValueError, match="split 'train'"):
+        questions("stage2", "train")
+
+
+def test_ci_check_passes_a_run_that_learned_and_fails_the_same_seed_at_lr_0():
+    """The check CI runs: a stage 2 that stage 1 left at EM 0.82 passes by reaching 0.8 only when it still gains 0.05;
+    its lr = 0 control (same weights, same seeded evaluation: gain 0) fails, as does a stage 1 that did not rise."""
+    from benchmarks.learning import ci_check
+
+    r = report((0.82, None, 0.9, None))
+    r["seeds"][0]["stage1"]["eval"] = {"warm_start": evaluation(0.2, None), "final": evaluation(0.7, None)}
+    r["seeds"][0]["stage1"]["eval"]["control"] = evaluation(0.2, None)
+    r["seeds"][0]["stage2"]["eval"]["control"] = evaluation(0.82, None)
+    assert ci_check(r) == []
+    failed = ci_check(r, "control")
+    assert len(failed) == 2 and failed[0].startswith("stage 1") and failed[1].startswith("stage 2: EM 0.820 -> 0.820")
+    r["seeds"][0]["stage2"]["eval"]["final"] = evaluation(0.84, None)
+    assert ci_check(r) == ["stage 2: EM 0.820 -> 0.840: neither a gain of 0.2 nor 0.8 reached with a gain of 0.05"]
+    r["seeds"][0]["stage2"]["eval"]["final"] = evaluation(0.9, None) | {"copy": {"swapped_shown_city": 0.3}}
+    assert ci_check(r) == ["stage 2: with another person's documents the answer follows them in 0.300"]
