@@ -60,7 +60,7 @@ def test_a_compact_import_of_800_passages_keeps_the_flat_top10_of_held_out_quest
     out, flat, manifest = imported_800
     found = manifest["recall"]
     assert manifest["index_type"] == "compact" and found["outcome"] == "tuned" and found["reached"]
-    assert found["recall"] >= 0.99 and found["queries"] == 800 and "title" in found["query_source"]
+    assert found["recall"] >= 0.99 and found["queries"] == 800 and found["query_source"] == recall.ROW_QUERIES
     assert set(manifest["search_params"]) == {"nprobe", "rerank_depth"}
     questions = held_out_questions(200)  # never seen by the tuning, which made its queries from the corpus
     _, want = faiss.read_index(flat).search(embed([f"query: {q}" for q in questions], "mean", 180), 10)
@@ -130,3 +130,15 @@ def test_faiss_parameter_ranges_reach_every_list():
     assert recall.ranges(index)["nprobe"][-1] == 40 and recall.ranges(index)["nprobe"][0] == 1
     hnsw = faiss.index_factory(16, "HNSW8", faiss.METRIC_INNER_PRODUCT)
     assert min(recall.ranges(hnsw)["efSearch"]) >= recall.K and max(recall.ranges(hnsw)["efSearch"]) == 4096
+
+
+def test_generated_recall_queries_are_named_so_and_are_never_a_passages_own_start():
+    """Without real questions the build measures recall on queries made from its rows: the manifest says they are
+    generated, and none is the start of its passage (a passage's own start sits closest to its own vector)."""
+    assert recall.ROW_QUERIES.startswith("generated, not real questions")
+    rows = passages(800)
+    made = [recall.row_query(r["title"], r["text"]) for r in rows]
+    starts = [" ".join([r["title"], *r["text"].split()[: recall.QUERY_WORDS]]).strip() for r in rows]
+    long_enough = [len(r["text"].split()) > recall.QUERY_WORDS for r in rows]
+    assert sum(long_enough) > 700
+    assert not [q for q, s, ok in zip(made, starts, long_enough, strict=True) if ok and q == s]

@@ -365,11 +365,14 @@ def settle_index(
     if not recall.approximate(index_type, factory):
         return index_type, factory, {"outcome": "exact", "recall": 1.0}, {}
     index = faiss.read_index(str(out / INDEX_FILE))
-    tuning = recall.measure(index, EmbeddingShards(shards), index_type == "compact", *queries())
+    vectors, source = queries()
+    target = recall.GENERATED_TARGET if source == recall.ROW_QUERIES else recall.TARGET
+    tuning = recall.measure(index, EmbeddingShards(shards), index_type == "compact", vectors, source, target)
     record = tuning.record()
     shown = ", ".join(f"{k} {v}" for k, v in tuning.params.items()) or "no search parameter"
     if tuning.reached:
-        log.info("%s keeps %.4f of the exact top-10 at %s (%d queries)", factory, tuning.recall, shown, tuning.queries)
+        log.info("%s keeps %.4f of the exact top-10 at %s (%d queries: %s)", factory, tuning.recall, shown,
+                 tuning.queries, tuning.query_source)  # fmt: skip
         return index_type, factory, {**record, "outcome": "tuned"}, tuning.params
     if accept_recall is not None and tuning.recall >= accept_recall:
         log.warning("%s keeps %.4f of the exact top-10 at best (%s), below %.2f: kept, as --accept-recall %s allows",
@@ -416,7 +419,7 @@ def query_vectors(
     if texts is None:
         passages = PassageStore(store)
         texts = [recall.row_query(passages[int(r)].title, passages[int(r)].text) for r in recall.sample_rows(n)]
-        what = recall.HELD_OUT
+        what = recall.ROW_QUERIES
     else:
         what = f"{len(texts)} queries from {source}"
     return encoder().encode_queries(texts, batch_size=64), what
