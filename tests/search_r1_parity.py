@@ -282,3 +282,53 @@ def table() -> str:
     lines = ["| mechanism | Search-R1 | ours | same? why |", "| --- | --- | --- | --- |"]
     lines += [f"| {r.mechanism} | {r.original} | {r.ours} | {r.verdict()} |" for r in ROWS]
     return "\n".join(lines) + "\n"
+
+
+# Search-R1's GRPO values (recipe.json: train_grpo.sh over verl's ppo_trainer.yaml) and where each lives here: a flag
+# of OpenRLHF's parser (`openrlhf.` in the stage), a key of the stage's episode, or how the value is made.
+RECIPE_KEYS = (
+    ("data.train_batch_size", "openrlhf.rollout.batch_size"),
+    ("actor_rollout_ref.rollout.n_agent", "openrlhf.rollout.n_samples_per_prompt"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size", "openrlhf.train.batch_size"),
+    ("actor_rollout_ref.rollout.temperature", "openrlhf.rollout.temperature"),
+    ("actor_rollout_ref.rollout.top_p", "openrlhf.rollout.top_p"),
+    ("actor_rollout_ref.actor.optim.lr", "openrlhf.actor.adam.lr"),
+    ("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio", "openrlhf.actor.lr_warmup_ratio"),
+    ("actor_rollout_ref.actor.optim.warmup_style", "openrlhf.actor.lr_scheduler"),
+    ("actor_rollout_ref.actor.entropy_coeff", "openrlhf.actor.entropy_coef"),
+    ("actor_rollout_ref.actor.use_kl_loss", "openrlhf.algo.kl.use_loss"),
+    ("actor_rollout_ref.actor.kl_loss_coef", "openrlhf.algo.kl.init_coef"),
+    ("actor_rollout_ref.actor.kl_loss_type", "openrlhf.algo.kl.estimator"),
+    ("algorithm.adv_estimator", "openrlhf.algo.advantage.estimator"),
+    ("trainer.total_training_steps", "data prepare search_r1 --steps"),
+    ("trainer.test_freq", "openrlhf.eval.steps"),
+    ("max_turns", "episode.max_turns"),
+    ("retriever.topk", "episode.top_k"),
+    ("data.max_start_length", "openrlhf.data.max_len - openrlhf.rollout.max_new_tokens"),
+    ("data.max_response_length", "episode.max_segment_tokens"),
+    ("data.max_obs_length", "episode.max_observation_tokens"),
+)
+
+
+def ours(key: str, flags: dict, episode: dict, stage_text: str) -> str:
+    """Our value under `key`, as the resolved search_r1 stage holds it."""
+    if key.startswith("data prepare"):
+        return "1005" if "--steps 1005" in stage_text else "(not in the stage's data command)"
+    if " - " in key:
+        a, b = (k.removeprefix("openrlhf.") for k in key.split(" - "))
+        return str(flags[a] - flags[b])
+    if key.startswith("episode."):
+        return str(episode[key.removeprefix("episode.")])
+    return str(flags[key.removeprefix("openrlhf.")])
+
+
+def recipe_table(recipe: dict, flags: dict, episode: dict, stage_text: str) -> str:
+    """Search-R1's value, where it comes from, and ours: `flags` the parsed OpenRLHF flags of `searchrl stage
+    dry-run search_r1`, `episode` its episode section."""
+    values, origin = recipe["grpo"]["values"], recipe["grpo"]["from"]
+    lines = ["| Search-R1 | its value | from | ours | our value |", "| --- | --- | --- | --- | --- |"]
+    for theirs, key in RECIPE_KEYS:
+        lines.append(
+            f"| `{theirs}` | {values[theirs]} | {origin[theirs]} | `{key}` | {ours(key, flags, episode, stage_text)} |"
+        )
+    return "\n".join(lines) + "\n"

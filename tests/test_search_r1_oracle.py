@@ -208,3 +208,18 @@ def test_bm25_in_pyserinis_flavour_ranks_as_search_r1s_bm25_ranks():
     assert json.loads((ours / "bm25.json").read_text())["k1"] == 0.9
     faithful, plain = top10_overlap(ours), top10_overlap(default)
     assert faithful >= 0.95 and plain < 0.9, (faithful, plain)
+
+
+def test_options_md_recipe_table_is_the_recorded_values_beside_the_resolved_stage():
+    """Search-R1's value -> our flag table in docs/OPTIONS.md, rendered from recipe.json and the flags `searchrl stage
+    dry-run search_r1` gives OpenRLHF's parser."""
+    from searchrl.job.plan import plan_stage
+    from searchrl.stage.openrlhf_flags import check_args
+    from tests.search_r1_parity import recipe_table
+
+    plan = plan_stage("search_r1", None, [])
+    flags, episode = vars(check_args(plan["train_args"])), plan["stage"].episode.model_dump()
+    stage_text = (ROOT / "configs/stages/search_r1.yaml").read_text(encoding="utf-8")
+    page = (ROOT / "docs/OPTIONS.md").read_text(encoding="utf-8")
+    block = page.split("<!-- table:search-r1-recipe -->\n", 1)[1].split("<!-- /table -->", 1)[0]
+    assert block == recipe_table(RECIPE, flags, episode, stage_text), "docs/OPTIONS.md: re-render the recipe table"
