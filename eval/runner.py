@@ -45,31 +45,8 @@ from searchrl.search.base import SearchBackend
 from searchrl.stage.config import EpisodeConfig, ModelConfig, StageConfig, episode_problem, resolve_model_path
 from searchrl.stage.templates import effective_model, load_tokenizer, protocol_model, render_prompt
 
-# Each protocol's evaluation as its authors ran it. R1-Searcher's: top-5 passages, up to 16 searches (training uses
-# 3 and 8). Search-R1's (scripts/nq_hotpotqa/evaluate.sh): top-3, 4 turns that may search and a last one that may
-# not, 500 tokens a turn (training uses 2 turns).
-EVAL_EPISODES: dict[str, dict[str, Any]] = {
-    "r1-searcher": {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512},
-    "search-r1": {
-        "top_k": 3,
-        "max_turns": 4,
-        "max_searches": 4,
-        "max_segment_tokens": 500,
-        "max_observation_tokens": 500,
-    },  # fmt: skip
-    # RAG-R1's loop (generation_mq.py with train_ppo_mq.sh's settings): Search-R1's, three queries a search.
-    "rag-r1": {
-        "top_k": 3,
-        "max_turns": 4,
-        "max_searches": 4,
-        "max_segment_tokens": 500,
-        "max_queries_per_block": 3,
-        "query_separator": ",",
-    },
-    # The native tool call has no paper of its own: R1-Searcher's evaluation settings, one query a call.
-    "tool-call": {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512},
-}
-EVAL_EPISODE = EVAL_EPISODES[DEFAULT_PROTOCOL]
+# Each protocol's evaluation as its authors ran it is its module's EVAL_EPISODE (searchrl/protocols/).
+EVAL_EPISODE = get_protocol(DEFAULT_PROTOCOL).EVAL_EPISODE
 # Command-line flag -> episode key; the episode keys an evaluation honours.
 EPISODE_FLAGS = {
     "top_k": "top_k",
@@ -142,7 +119,7 @@ def add_generation_args(p: argparse.ArgumentParser) -> None:
     e = p.add_argument_group("episode (default: the protocol's evaluation as its authors ran it, or the --stage's)")
     e.add_argument(
         "--protocol",
-        choices=[name for name in PROTOCOL_NAMES if name in EVAL_EPISODES],
+        choices=[name for name in PROTOCOL_NAMES if get_protocol(name).EVAL_EPISODE is not None],
         default=None,
         help="the tag protocol the model speaks: its prompt, tags, answer extraction and evaluation settings "
         f"(default: the --stage's, else {DEFAULT_PROTOCOL})",
@@ -203,7 +180,7 @@ def protocol_from(args: argparse.Namespace) -> str:
             "(a run speaks one protocol)"
         )
     protocol = args.protocol or staged or DEFAULT_PROTOCOL
-    if protocol not in EVAL_EPISODES:
+    if get_protocol(protocol).EVAL_EPISODE is None:
         raise ConfigError(
             f"--protocol {protocol}: its searches name a pool model; evaluate it with `searchrl eval routing "
             "--config configs/stages/router_r1.yaml`"
@@ -214,7 +191,7 @@ def protocol_from(args: argparse.Namespace) -> str:
 def episode_from(args: argparse.Namespace, protocol: str = DEFAULT_PROTOCOL) -> EpisodeConfig:
     """The stage config's episode section when given (else the protocol's evaluation as its authors ran it), then
     flags."""
-    data: dict[str, Any] = dict(EVAL_EPISODES[protocol])
+    data: dict[str, Any] = dict(get_protocol(protocol).EVAL_EPISODE or {})
     if args.stage:
         data = load(StageConfig, args.stage).episode.model_dump(include=set(EPISODE_FLAGS.values()))
     for flag, key in EPISODE_FLAGS.items():

@@ -227,11 +227,12 @@ def test_the_search_cap_ends_an_episode_where_r1_searchers_loop_does(tmp_path):
 def test_its_evaluation_top_k_sampling_and_segment_are_ours():
     """eval_search_loacl.py: greedy (its --temp default), top-5, 512 tokens a segment, as `eval local`'s r1-searcher
     defaults (its top_p 0.95 does nothing at temperature 0)."""
-    from eval.runner import EVAL_EPISODES, RunSettings
+    from eval.runner import RunSettings
+    from searchrl.protocols import get_protocol
 
     evaluation = SETTINGS["evaluation"]
     (sampling,) = evaluation["sampling"]
-    ours = EVAL_EPISODES["r1-searcher"]
+    ours = get_protocol("r1-searcher").EVAL_EPISODE
     assert [ours["top_k"]] == evaluation["topk"] and ours["max_segment_tokens"] == sampling["max_tokens"]
     assert RunSettings.__dataclass_fields__["temperature"].default == evaluation["temp_default"] == 0.0
 

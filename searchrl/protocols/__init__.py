@@ -43,6 +43,8 @@ class TagProtocol(Protocol):
     CUT_AFTER: str | None
     # Episode settings the protocol's original runs with, for a stage that does not set them.
     EPISODE_DEFAULTS: dict[str, Any]
+    # The episode its authors evaluated with (`searchrl eval local --protocol`); None: evaluated another way.
+    EVAL_EPISODE: dict[str, Any] | None
 
     def stops(self, stop_after_answer: bool) -> list[str]: ...
     def search_query(self, segment: str) -> str | None: ...

@@ -38,6 +38,8 @@ MULTI_QUERY = True
 # Generation stops on the protocol's stops alone: nothing cuts a turn after the fact.
 CUT_AFTER: str | None = None
 EPISODE_DEFAULTS: dict = {}
+# Its evaluation: top-5 passages, up to 16 searches (training uses 3 and 8).
+EVAL_EPISODE: dict | None = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
 # A segment that is not a search ends the episode: its reward reads what was written.
 INVALID_ACTION: str | None = None
 SEARCH_CLOSE = END_QUERY

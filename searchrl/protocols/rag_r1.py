@@ -38,6 +38,11 @@ MULTI_QUERY = True
 # Generation stops on the protocol's stops alone: nothing cuts a turn after the fact.
 CUT_AFTER: str | None = None
 EPISODE_DEFAULTS: dict = {}
+# RAG-R1's loop (generation_mq.py with train_ppo_mq.sh's settings): Search-R1's, three queries a search.
+EVAL_EPISODE: dict | None = {
+    "top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500, "max_queries_per_block": 3,
+    "query_separator": ",",
+}  # fmt: skip
 
 __all__ = [
     "DOCUMENTS_CLOSE",

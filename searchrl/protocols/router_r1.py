@@ -40,6 +40,8 @@ MULTI_QUERY = False
 # Generation stops on the protocol's stops alone: nothing cuts a turn after the fact.
 CUT_AFTER: str | None = None
 EPISODE_DEFAULTS: dict = {}
+# Evaluated by `searchrl eval routing` with its stage config, not `eval local`.
+EVAL_EPISODE: dict | None = None
 # The four blocks its reward walks, by the original's names.
 TAGS = {name: (f"<{name}>", f"</{name}>") for name in (THINK, SEARCH, INFORMATION, ANSWER)}
 # What its postprocess_predictions refuses to route: the prompt's placeholder, in any case.

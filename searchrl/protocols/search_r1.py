@@ -32,6 +32,11 @@ STOP = (f"</{SEARCH}>",)
 CUT_AFTER: str | None = f"</{ANSWER}>"
 # Its training scripts' data.max_obs_length: each observation's tokens are cut there (`_process_next_obs`).
 EPISODE_DEFAULTS: dict = {"max_observation_tokens": 500}
+# Its evaluation (scripts/nq_hotpotqa/evaluate.sh): top-3, 4 turns that may search and a last one that may not,
+# 500 tokens a turn (training uses 2 turns).
+EVAL_EPISODE: dict | None = {
+    "top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500, "max_observation_tokens": 500,
+}  # fmt: skip
 
 NAME = "search-r1"
 # Its instruction, as `make_prefix` in scripts/data_process/nq_search.py writes it for every model. Its trainer

@@ -308,6 +308,8 @@ class ToolCallProtocol:
     MULTI_QUERY = MULTI_QUERY
     CUT_AFTER: ClassVar[str | None] = None
     EPISODE_DEFAULTS: ClassVar[dict] = {}
+    # No paper of its own: R1-Searcher's evaluation settings, one query a call.
+    EVAL_EPISODE: ClassVar[dict | None] = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
 
     @property
     def SEARCH_CLOSE(self) -> str:  # noqa: N802 - the TagProtocol attribute every protocol spells so
