@@ -4,7 +4,9 @@ must exist (tests/test_search_r1_oracle.py checks it and the docs block); CI run
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -332,3 +334,17 @@ def recipe_table(recipe: dict, flags: dict, episode: dict, stage_text: str) -> s
             f"| `{theirs}` | {values[theirs]} | {origin[theirs]} | `{key}` | {ours(key, flags, episode, stage_text)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def check_docs_table(page: Path, name: str, rows: tuple[Row, ...], rendered: str) -> None:
+    """The page's `<!-- table:NAME -->` block is `rendered`; every row reading "same" names tests, and each named
+    test function exists in its file (the suite runs them)."""
+    text = page.read_text(encoding="utf-8")
+    block = text.split(f"<!-- table:{name} -->\n", 1)[1].split("<!-- /table -->", 1)[0]
+    assert block == rendered, f"{page.name}: paste the rendering of its {name} table"
+    for row in rows:
+        assert row.verdict().startswith("same") == bool(row.tests)
+        for test in row.tests:
+            path, function = test.split("::")
+            module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+            assert callable(getattr(module, function, None)), f"{row.mechanism}: {test} does not exist"

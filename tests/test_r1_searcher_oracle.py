@@ -259,16 +259,7 @@ def test_the_query_instruction_and_lengths_are_r1_searchers_retrievers():
 def test_rewards_md_r1_searcher_table_is_the_parity_rows_and_says_same_only_where_a_test_exists():
     """docs/REWARDS.md's R1-Searcher table is tests/r1_searcher_parity.py rendered; every row that reads "same" names
     tests, and each named test function exists in its file (the suite runs them)."""
-    import importlib
+    from tests.r1_searcher_parity import ROWS, table
+    from tests.search_r1_parity import check_docs_table
 
-    from tests import r1_searcher_parity
-
-    page = (ROOT / "docs/REWARDS.md").read_text(encoding="utf-8")
-    block = page.split("<!-- table:r1-searcher-parity -->\n", 1)[1].split("<!-- /table -->", 1)[0]
-    assert block == r1_searcher_parity.table(), "docs/REWARDS.md: paste tests.r1_searcher_parity.table()"
-    for row in r1_searcher_parity.ROWS:
-        assert row.verdict().startswith("same") == bool(row.tests)
-        for test in row.tests:
-            path, name = test.split("::")
-            module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-            assert callable(getattr(module, name, None)), f"{row.mechanism}: {test} does not exist"
+    check_docs_table(ROOT / "docs/REWARDS.md", "r1-searcher-parity", ROWS, table())

@@ -164,19 +164,9 @@ def test_search_r1s_ppo_script_is_a_named_choice():
 def test_options_md_search_r1_table_is_the_parity_rows_and_says_same_only_where_a_test_exists():
     """docs/OPTIONS.md's Search-R1 table is tests/search_r1_parity.py rendered; every row that reads "same" names
     tests, and each named test function exists in its file (the suite runs them)."""
-    import importlib
+    from tests.search_r1_parity import ROWS, check_docs_table, table
 
-    from tests import search_r1_parity
-
-    page = (ROOT / "docs/OPTIONS.md").read_text(encoding="utf-8")
-    block = page.split("<!-- table:search-r1-parity -->\n", 1)[1].split("<!-- /table -->", 1)[0]
-    assert block == search_r1_parity.table(), "docs/OPTIONS.md: paste tests.search_r1_parity.table()"
-    for row in search_r1_parity.ROWS:
-        assert row.verdict().startswith("same") == bool(row.tests)
-        for test in row.tests:
-            path, name = test.split("::")
-            module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-            assert callable(getattr(module, name, None)), f"{row.mechanism}: {test} does not exist"
+    check_docs_table(ROOT / "docs/OPTIONS.md", "search-r1-parity", ROWS, table())
 
 
 BM25_RECORD = json.loads((FIXTURES / "search_r1_oracle/bm25_pyserini.json").read_text(encoding="utf-8"))
