@@ -252,7 +252,7 @@ async def evaluate(args: argparse.Namespace, stage: StageConfig, pool: RouterCon
     return tallies
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="searchrl eval routing",
         description=__doc__.splitlines()[0],
@@ -281,7 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--metric", choices=METRICS, default="rr_em", help="quality axis of the figure (%(default)s)")
     p.add_argument("--seed", type=int, default=0, help="the random baseline's draws")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     started = []
     try:
         stage = load(StageConfig, args.config)

@@ -24,7 +24,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.generation import GenParams, HFTextEngine, OpenAICompletionsEngine, TextEngine, VLLMEngine, run_episodes
+from eval.generation import (
+    EpisodeResult,
+    GenParams,
+    HFTextEngine,
+    OpenAICompletionsEngine,
+    TextEngine,
+    VLLMEngine,
+    run_episodes,
+)
 from eval.judge import DEFAULT_CACHE, LLMJudge
 from eval.models import resolve_model, template_config, template_id
 from eval.replay import ReplayTextEngine
@@ -390,28 +398,8 @@ async def evaluate(
             prompts = [render_prompt(run.model, q["question"], run.tokenizer, protocol.PROMPT_END) for q in batch]
             results = await run_episodes(run.engine, env, prompts, [q["answer"] for q in batch], params)
             for q, prompt, r in zip(batch, prompts, results, strict=True):
-                pred = protocol.scored_answer(prompt, r.episode.solution)
                 failed += r.episode.search_errors
-                record = {
-                    "idx": q["idx"],
-                    "question": q["question"],
-                    "answer": q["answer"],
-                    "pred_ans": pred or "",
-                    "has_answer": protocol.policy_answer(r.episode.solution) is not None,
-                    "gen_text_store": r.episode.solution,
-                    "searches": r.episode.queries,
-                    "num_searches": r.episode.num_searches,
-                    "search_errors": r.episode.search_errors,
-                    "truncated": r.truncated,
-                    "metrics": all_metrics(pred or "", as_golds(q["answer"])),
-                    "judge": None,
-                    "judge_model": None,
-                }
-                if protocol.NAME != DEFAULT_PROTOCOL:
-                    # Its answer may be read from the prompt too (Search-R1's EM reads the whole sequence), so the
-                    # record keeps what `eval.score` needs to read it again.
-                    record.update(protocol=protocol.NAME, prompt=prompt, turns=r.episode.turns)
-                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+                fh.write(json.dumps(_answer_record(protocol, q, prompt, r), ensure_ascii=False) + "\n")
             fh.flush()
             bar.update(len(batch))
             if failed:
@@ -430,10 +418,44 @@ async def evaluate(
                 "without a verdict, kept as generated",
                 file=sys.stderr,
             )
+    summary = _summary(name, path, run, population or len(questions), halted, not_run)
+    summary["seconds_this_run"] = round(time.time() - started, 1)
+    (run.out / f"{name}.summary.json").write_text(json.dumps(summary, indent=2))
+    write_reports(run.out)
+    return summary
+
+
+def _answer_record(protocol: TagProtocol, q: dict[str, Any], prompt: str, r: EpisodeResult) -> dict[str, Any]:
+    """The output line of one question: the episode, the answer read from it and its metrics."""
+    pred = protocol.scored_answer(prompt, r.episode.solution)
+    record = {
+        "idx": q["idx"],
+        "question": q["question"],
+        "answer": q["answer"],
+        "pred_ans": pred or "",
+        "has_answer": protocol.policy_answer(r.episode.solution) is not None,
+        "gen_text_store": r.episode.solution,
+        "searches": r.episode.queries,
+        "num_searches": r.episode.num_searches,
+        "search_errors": r.episode.search_errors,
+        "truncated": r.truncated,
+        "metrics": all_metrics(pred or "", as_golds(q["answer"])),
+        "judge": None,
+        "judge_model": None,
+    }
+    if protocol.NAME != DEFAULT_PROTOCOL:
+        # Its answer may be read from the prompt too (Search-R1's EM reads the whole sequence), so the
+        # record keeps what `eval.score` needs to read it again.
+        record.update(protocol=protocol.NAME, prompt=prompt, turns=r.episode.turns)
+    return record
+
+
+def _summary(name: str, path: Path, run: Run, population: int, halted: bool, not_run: int) -> dict[str, Any]:
+    """A dataset's scores over its whole output file, with the run's settings (the time this run took aside)."""
     summary = {
         "dataset": name,
         **score_summary(path, run.judge.model if run.judge else None),
-        "population": population or len(questions),
+        "population": population,
         "search_errors_allowed": run.allow_search_errors,
         "halted_on_outage": halted,
         "not_run": not_run,
@@ -441,7 +463,7 @@ async def evaluate(
         "model_path": run.model.model_path,
         "template": run.model.kind,
         "engine": run.engine_name,
-        "protocol": protocol.NAME,
+        "protocol": run.protocol.NAME,
         "settings": {
             "top_k": run.episode.top_k,
             "max_turns": run.episode.max_turns,
@@ -459,9 +481,6 @@ async def evaluate(
     }
     if run.extra.get("suite"):
         summary["suite_em"] = suite_em(list(read_jsonl(path)))
-    summary["seconds_this_run"] = round(time.time() - started, 1)
-    (run.out / f"{name}.summary.json").write_text(json.dumps(summary, indent=2))
-    write_reports(run.out)
     return summary
 
 

@@ -41,7 +41,7 @@ from searchrl.protocols.r1_searcher import parse_solution  # noqa: E402
 from searchrl.rehearsal.ray_head import RayHead  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
-from searchrl.stage.config import load_stage  # noqa: E402
+from searchrl.stage.config import ModelConfig, StageConfig, load_stage  # noqa: E402
 from searchrl.stage.templates import render_prompt  # noqa: E402
 
 STAGE1 = CONFIGS / "stages/stage1_format.yaml"
@@ -206,59 +206,7 @@ def cpu_demo(args: argparse.Namespace) -> int:
 def _demo(
     args: argparse.Namespace, out: Path, options: list[str], search_port: int, reward_port: int, head: RayHead | None
 ) -> int:
-    reward = start_module(
-        "reward_server",
-        ["--config", str(STAGE1), "--log-jsonl", str(out / "scored.jsonl")]
-        + [o for o in options if o.startswith("reward.")],
-        reward_port,
-        out / "reward.log",
-    )
-    try:
-        stage, model_cfg = load_stage(
-            STAGE1,
-            [
-                f"search.urls=http://127.0.0.1:{search_port}",
-                f"reward_server.urls=http://127.0.0.1:{reward_port}",
-                f"episode.max_segment_tokens={args.segment_tokens}",
-                *options,
-            ],
-        )
-        records = list(read_jsonl(EXAMPLES / "bamboogle_llama_sample.jsonl"))[: args.episodes]
-        corpus = [r["text"] for r in read_jsonl(EXAMPLES / "mini_corpus.jsonl")]
-        tokenizer = build_tokenizer([r["gen_text_store"] for r in records] + [r["question"] for r in records] + corpus)
-        prompts = {r["question"]: render_prompt(model_cfg, r["question"]) for r in records}
-        replay = ReplayEngine(tokenizer, {prompts[r["question"]]: r["gen_text_store"] for r in records})
-        jobs = [
-            {
-                "mode": "replay",
-                "question": r["question"],
-                "label": r["answer"],
-                "prompt": prompts[r["question"]],
-                "engine": replay,
-                "recorded_queries": parse_solution(r["gen_text_store"]).queries,
-            }
-            for r in records
-        ]
-        tiny = HFEngine(build_model(len(tokenizer)), tokenizer)
-        jobs += [
-            {
-                "mode": "tiny-transformer",
-                "question": r["question"],
-                "label": r["answer"],
-                "prompt": prompts[r["question"]],
-                "engine": tiny,
-                "temperature": 1.0,
-            }
-            for r in records[: args.tiny_episodes]
-        ]
-        print(
-            f"[quickstart] running {len(jobs)} episodes through OpenRLHF's MultiTurnAgentExecutor "
-            f"(stage1_format/agent_func.py)"
-        )
-        results = asyncio.run(run_episodes(stage, jobs, tokenizer, args.max_length))
-    finally:
-        stop(reward)
-
+    stage, results = _run_demo_episodes(args, out, options, search_port, reward_port)
     with (out / "episodes.jsonl").open("w", encoding="utf-8") as fh:
         for r in results:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -270,29 +218,11 @@ def _demo(
             f"{r['mode']:<17}{r['question'][:44]:<46}{len(r['queries']):>8}{r['reward']:>8.2f}"
             f"{r['logs'].get('em', 0):>5.0f}  {answer}"
         )
-    replays = [r for r in results if r["mode"] == "replay"]
-    same = sum(r["queries"] == r["recorded_queries"] for r in replays)
-    summary = {
-        "mode": "cpu-demo",
-        "overrides": options,
-        "episode": stage.episode.model_dump(),
-        "reward": stage.reward.model_dump(),
-        "episodes": len(results),
-        "replay": {
-            "episodes": len(replays),
-            "mean_reward": sum(r["reward"] for r in replays) / max(1, len(replays)),
-            "searches": sum(len(r["queries"]) for r in replays),
-            "search_errors": sum(r["logs"].get("search_errors", 0) for r in replays),
-            "queries_as_recorded": same,
-            "em": sum(r["logs"].get("em", 0) for r in replays) / max(1, len(replays)),
-        },
-        "tiny_transformer": {"episodes": len(results) - len(replays)},
-        "out": str(out / "episodes.jsonl"),
-    }
+    summary = _demo_summary(results, options, stage, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(
-        f"\n[quickstart] mode: CPU demo (no GPU stack). Replay: {len(replays)} episodes of R1-Searcher's released "
-        f"trajectories re-emitted with live search and reward, mean stage-1 reward "
+        f"\n[quickstart] mode: CPU demo (no GPU stack). Replay: {summary['replay']['episodes']} episodes of "
+        f"R1-Searcher's released trajectories re-emitted with live search and reward, mean stage-1 reward "
         f"{summary['replay']['mean_reward']:.3f}; tiny transformer: {summary['tiny_transformer']['episodes']} "
         f"episodes of random text. Episodes: {out / 'episodes.jsonl'}"
     )
@@ -311,6 +241,94 @@ def _demo(
         for stage, t in trained.items():
             print(stage_line(stage, t))
     return 0
+
+
+def _run_demo_episodes(
+    args: argparse.Namespace, out: Path, options: list[str], search_port: int, reward_port: int
+) -> tuple[StageConfig, list[dict[str, Any]]]:
+    """Stage-1 episodes of both demo policies, scored by a reward server that runs only while they do."""
+    reward = start_module(
+        "reward_server",
+        ["--config", str(STAGE1), "--log-jsonl", str(out / "scored.jsonl")]
+        + [o for o in options if o.startswith("reward.")],
+        reward_port,
+        out / "reward.log",
+    )
+    try:
+        stage, model_cfg = load_stage(
+            STAGE1,
+            [
+                f"search.urls=http://127.0.0.1:{search_port}",
+                f"reward_server.urls=http://127.0.0.1:{reward_port}",
+                f"episode.max_segment_tokens={args.segment_tokens}",
+                *options,
+            ],
+        )
+        records = list(read_jsonl(EXAMPLES / "bamboogle_llama_sample.jsonl"))[: args.episodes]
+        tokenizer, jobs = _demo_jobs(records, model_cfg, args.tiny_episodes)
+        print(
+            f"[quickstart] running {len(jobs)} episodes through OpenRLHF's MultiTurnAgentExecutor "
+            f"(stage1_format/agent_func.py)"
+        )
+        return stage, asyncio.run(run_episodes(stage, jobs, tokenizer, args.max_length))
+    finally:
+        stop(reward)
+
+
+def _demo_jobs(
+    records: list[dict[str, Any]], model_cfg: ModelConfig, tiny_episodes: int
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The tokenizer both policies share and one job per episode: every record replayed, then the first
+    `tiny_episodes` of them generated by the tiny transformer."""
+    corpus = [r["text"] for r in read_jsonl(EXAMPLES / "mini_corpus.jsonl")]
+    tokenizer = build_tokenizer([r["gen_text_store"] for r in records] + [r["question"] for r in records] + corpus)
+    prompts = {r["question"]: render_prompt(model_cfg, r["question"]) for r in records}
+    replay = ReplayEngine(tokenizer, {prompts[r["question"]]: r["gen_text_store"] for r in records})
+    jobs = [
+        {
+            "mode": "replay",
+            "question": r["question"],
+            "label": r["answer"],
+            "prompt": prompts[r["question"]],
+            "engine": replay,
+            "recorded_queries": parse_solution(r["gen_text_store"]).queries,
+        }
+        for r in records
+    ]
+    tiny = HFEngine(build_model(len(tokenizer)), tokenizer)
+    jobs += [
+        {
+            "mode": "tiny-transformer",
+            "question": r["question"],
+            "label": r["answer"],
+            "prompt": prompts[r["question"]],
+            "engine": tiny,
+            "temperature": 1.0,
+        }
+        for r in records[:tiny_episodes]
+    ]
+    return tokenizer, jobs
+
+
+def _demo_summary(results: list[dict[str, Any]], options: list[str], stage: StageConfig, out: Path) -> dict[str, Any]:
+    replays = [r for r in results if r["mode"] == "replay"]
+    return {
+        "mode": "cpu-demo",
+        "overrides": options,
+        "episode": stage.episode.model_dump(),
+        "reward": stage.reward.model_dump(),
+        "episodes": len(results),
+        "replay": {
+            "episodes": len(replays),
+            "mean_reward": sum(r["reward"] for r in replays) / max(1, len(replays)),
+            "searches": sum(len(r["queries"]) for r in replays),
+            "search_errors": sum(r["logs"].get("search_errors", 0) for r in replays),
+            "queries_as_recorded": sum(r["queries"] == r["recorded_queries"] for r in replays),
+            "em": sum(r["logs"].get("em", 0) for r in replays) / max(1, len(replays)),
+        },
+        "tiny_transformer": {"episodes": len(results) - len(replays)},
+        "out": str(out / "episodes.jsonl"),
+    }
 
 
 def stage_line(stage: str, t: dict[str, Any]) -> str:

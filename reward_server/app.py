@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -275,6 +275,29 @@ def create_app(settings: ServerSettings) -> FastAPI:
         allowed_hosts=settings.allowed_hosts,
     )
 
+    async def score(body: bytes, key: str | None, digest: str) -> bytes:
+        req, golds, results = await _parse_and_score(body, settings)
+        n = len(results)
+        records = _log_records(req, golds, results, key, digest) if state["log"] is not None else []
+        if store is not None and key is not None:
+            settled = await store.settle(key, digest, _scored_answer(results), records)
+            same_body(settled.digest, digest)
+            if settled.ours:
+                state["scored"] += n
+            else:
+                answers.replayed += 1  # another worker, or this one before a restart, scored it first
+            return settled.answer
+        state["scored"] += n
+        if records:
+            await run_in_threadpool(state["log"].write, records)
+        return _scored_answer(results)
+
+    _add_health_route(app, settings, state, answers)
+    _add_reward_route(app, settings, answers, score)
+    return app
+
+
+def _add_health_route(app: FastAPI, settings: ServerSettings, state: dict[str, Any], answers: RecentAnswers) -> None:
     @app.get("/health", responses={403: BODY_ERRORS[403]})
     async def health(request: Request) -> dict[str, Any]:
         # Open for liveness checks; what the server runs (the spec) only with the token.
@@ -292,6 +315,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
             "pid": os.getpid(),
         }
 
+
+def _add_reward_route(
+    app: FastAPI,
+    settings: ServerSettings,
+    answers: RecentAnswers,
+    score: Callable[[bytes, str | None, str], Awaitable[bytes]],
+) -> None:
     # The body is parsed with a strict JSON parser, validated in Python mode and the answer written
     # directly: at thousands of tiny requests per step, FastAPI's generic body and response handling
     # cost more than the scoring. The schemas still appear in the OpenAPI spec.
@@ -313,48 +343,40 @@ def create_app(settings: ServerSettings) -> FastAPI:
             answer = await answers.answer(key, digest, lambda: score(body, key, digest))
         return Response(answer, media_type="application/json")
 
-    async def score(body: bytes, key: str | None, digest: str) -> bytes:
-        if len(body) > INLINE_BYTES:
-            try:
-                req, golds, results = await run_in_threadpool(_handle, body, settings)
-            finally:
-                release_freed_memory()
-        else:
-            req = _parse(body)
-            golds = _validate_shape(req, settings)
-            if len(req.query) <= INLINE_BATCH:
-                results = _score_batch(req, golds, settings.spec)
-            else:
-                results = await run_in_threadpool(_score_batch, req, golds, settings.spec)
-        n = len(results)
-        records: list[dict[str, Any]] = []
-        if state["log"] is not None:
-            records = [
-                {
-                    **log_fields(key, digest, i, n),
-                    "reward": r.reward,
-                    "score": r.score,
-                    "logs": r.logs,
-                    "time": time.time(),
-                    "query": q,
-                    "labels": g,
-                }
-                for i, (q, g, r) in enumerate(zip(req.query, golds, results, strict=True))
-            ]
-        if store is not None and key is not None:
-            settled = await store.settle(key, digest, _scored_answer(results), records)
-            same_body(settled.digest, digest)
-            if settled.ours:
-                state["scored"] += n
-            else:
-                answers.replayed += 1  # another worker, or this one before a restart, scored it first
-            return settled.answer
-        state["scored"] += n
-        if records:
-            await run_in_threadpool(state["log"].write, records)
-        return _scored_answer(results)
 
-    return app
+async def _parse_and_score(
+    body: bytes, settings: ServerSettings
+) -> tuple[RewardRequest, list[list[str]], list[SampleScore]]:
+    """Small requests are scored on the event loop; a big body, or many samples, in the thread pool."""
+    if len(body) > INLINE_BYTES:
+        try:
+            return await run_in_threadpool(_handle, body, settings)
+        finally:
+            release_freed_memory()
+    req = _parse(body)
+    golds = _validate_shape(req, settings)
+    if len(req.query) <= INLINE_BATCH:
+        return req, golds, _score_batch(req, golds, settings.spec)
+    return req, golds, await run_in_threadpool(_score_batch, req, golds, settings.spec)
+
+
+def _log_records(
+    req: RewardRequest, golds: list[list[str]], results: list[SampleScore], key: str | None, digest: str
+) -> list[dict[str, Any]]:
+    """The score log's line for each sample of a request."""
+    n = len(results)
+    return [
+        {
+            **log_fields(key, digest, i, n),
+            "reward": r.reward,
+            "score": r.score,
+            "logs": r.logs,
+            "time": time.time(),
+            "query": q,
+            "labels": g,
+        }
+        for i, (q, g, r) in enumerate(zip(req.query, golds, results, strict=True))
+    ]
 
 
 def app_from_env() -> FastAPI:

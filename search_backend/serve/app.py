@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -359,6 +359,12 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
     async def _budget_exhausted(request: Request, exc: WebBudgetExhaustedError) -> Response:
         return error_response(exc.http_status, exc.field, str(exc))
 
+    _add_health_and_reload_routes(app, reload)
+    _add_search_routes(app, config)
+    return app
+
+
+def _add_health_and_reload_routes(app: FastAPI, reload: Callable[[FastAPI], Awaitable[dict]]) -> None:
     @app.get("/health", responses=HEALTH_ERRORS)
     async def health(request: Request) -> dict:
         # Open for liveness checks; the manifest (corpus path, checksum) only with the token.
@@ -377,6 +383,10 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         except ReloadError as exc:
             return error_response(409, "index_dir", str(exc))
         return await json_answer(answer, 0)
+
+
+def _add_search_routes(app: FastAPI, config: ServerConfig) -> None:
+    """POST /search and the two other projects' protocols, POST /queries (R1-Searcher) and /retrieve (Search-R1)."""
 
     @app.post(
         "/search",
@@ -420,8 +430,6 @@ def create_app(config: ServerConfig, backend: SearchBackend | None = None) -> Fa
         else:
             result = [[format_search_r1(p) for p in hits] for hits in results]
         return await json_answer({"result": result}, len(results) * body.topk)
-
-    return app
 
 
 def _weights(text: str) -> tuple[float, float]:

@@ -13,6 +13,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -147,39 +148,25 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
     buckets = parse_buckets(args.buckets) if stage == "stage1_format" else []
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
-    duplicates = 0
-    own_prompts = 0
-    empty_golds: list[int] = []
-    no_gold: list[int] = []
-    leaked: Counter[str] = Counter()
+    tally = _Tally()
     questions = read_questions(args.input, args.split, args.question_key, args.answer_key)
     for number, row in enumerate(tqdm(questions, desc="questions"), start=1):
         question = str(row[args.question_key]).strip()
         key = question_key_of(question)
         if key in seen:
-            duplicates += 1
+            tally.duplicates += 1
             if not args.keep_duplicates:
                 continue
         seen.add(key)
         hits = [name for name, qs in leaks.items() if key in qs]
-        leaked.update(hits)
+        tally.leaked.update(hits)
         if hits and not args.keep_leaked:
             continue
-        try:
-            golds = as_golds(row[args.answer_key])
-        except EmptyGoldError:
-            # A gold that normalises to nothing ("The", "!") would pay an empty answer: left out, the row kept
-            # while a gold remains (Search-R1's published data holds a few such rows).
-            try:
-                golds = as_golds(row[args.answer_key], drop_empty=True)
-                empty_golds.append(number)
-            except EmptyGoldError:
-                no_gold.append(number)
-                continue
-        except TypeError as e:
-            raise RecordError(f"{args.input}: record {number}: {args.answer_key}: {e}") from None
+        golds = _gold_answers(row, number, args, tally)
+        if golds is None:
+            continue
         own = row.get("messages") if args.own_prompt else None
-        own_prompts += bool(own)
+        tally.own_prompts += bool(own)
         prompt = render_messages(model, own, tokenizer, end) if own else render_prompt(model, question, tokenizer, end)
         out = {
             "prompt": prompt,
@@ -202,7 +189,53 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
     with args.out.open("w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    report = {
+    report = _report(args, stage, model, model_file, rows, read, tally)
+    if buckets:
+        report["buckets"] = dict(Counter(r["bucket"] for r in rows))
+    args.out.with_suffix(".report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+@dataclass
+class _Tally:
+    """What reading the questions counted on the way, for the report."""
+
+    duplicates: int = 0
+    own_prompts: int = 0
+    leaked: Counter[str] = field(default_factory=Counter)
+    empty_golds: list[int] = field(default_factory=list)
+    no_gold: list[int] = field(default_factory=list)
+
+
+def _gold_answers(row: dict[str, Any], number: int, args: argparse.Namespace, tally: _Tally) -> list[str] | None:
+    """The row's golds; None for a row left without one."""
+    try:
+        return as_golds(row[args.answer_key])
+    except EmptyGoldError:
+        # A gold that normalises to nothing ("The", "!") would pay an empty answer: left out, the row kept
+        # while a gold remains (Search-R1's published data holds a few such rows).
+        try:
+            golds = as_golds(row[args.answer_key], drop_empty=True)
+            tally.empty_golds.append(number)
+            return golds
+        except EmptyGoldError:
+            tally.no_gold.append(number)
+            return None
+    except TypeError as e:
+        raise RecordError(f"{args.input}: record {number}: {args.answer_key}: {e}") from None
+
+
+def _report(
+    args: argparse.Namespace,
+    stage: str,
+    model: ModelConfig,
+    model_file: str,
+    rows: list[dict[str, Any]],
+    read: int,
+    tally: _Tally,
+) -> dict[str, Any]:
+    """What was written and what was left out on the way (the report beside the data, and `prepare`'s answer)."""
+    return {
         "stage": stage,
         "input": args.input,
         "model": model.name,
@@ -217,20 +250,16 @@ def prepare(args: argparse.Namespace, stage: str) -> dict[str, Any]:
             else {}
         ),
         # Prompts rendered from a published row's own messages (`data prepare search_r1`), the rest rebuilt.
-        "own_prompts": own_prompts,
-        "duplicates": duplicates,
+        "own_prompts": tally.own_prompts,
+        "duplicates": tally.duplicates,
         "duplicates_dropped": not args.keep_duplicates,
-        "leaked_into_eval_sets": dict(leaked),
+        "leaked_into_eval_sets": dict(tally.leaked),
         "leaked_dropped": not args.keep_leaked,
         # Records (numbered from 1) whose golds that normalise to nothing were left out, and those left with none.
-        "empty_golds_dropped": {"records": len(empty_golds), "first": empty_golds[:10]},
-        "skipped_without_gold": {"records": len(no_gold), "first": no_gold[:10]},
+        "empty_golds_dropped": {"records": len(tally.empty_golds), "first": tally.empty_golds[:10]},
+        "skipped_without_gold": {"records": len(tally.no_gold), "first": tally.no_gold[:10]},
         "out": str(args.out),
     }
-    if buckets:
-        report["buckets"] = dict(Counter(r["bucket"] for r in rows))
-    args.out.with_suffix(".report.json").write_text(json.dumps(report, indent=2))
-    return report
 
 
 def passes(rows: list[dict[str, Any]], total: int, seed: int) -> list[dict[str, Any]]:

@@ -249,7 +249,6 @@ def run(args: argparse.Namespace, train_args: list[str]) -> dict[str, Any]:
     install_vllm_standin()
     from openrlhf.datasets import PromptDataset
     from openrlhf.datasets.utils import blending_datasets
-    from openrlhf.trainer.ppo_utils import FixedKLController, NaiveReplayBuffer
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
     from torch.utils.data import DataLoader
 
@@ -287,26 +286,7 @@ def run(args: argparse.Namespace, train_args: list[str]) -> dict[str, Any]:
         batch, _, _, exhausted = generator.generate_samples(**generate_kwargs)
         samples.extend(batch)
     rows = [episode_row(s, tokenizer) for s in samples]
-
-    # OpenRLHF's trainer: experience maker over the rollout batch, then each actor's replay buffer.
-    ref = CpuModelGroup() if flags.algo.kl.init_coef > 0 or flags.algo.kl.use_loss else None
-    # GAE needs a critic's values: zeros of the right shape, as the actor's log-probs are.
-    critic = CpuModelGroup() if flags.algo.advantage.estimator == "gae" else None
-    maker = experience_maker_class()(
-        CpuModelGroup(), critic, None, ref, FixedKLController(flags.algo.kl.init_coef), strategy, tokenizer
-    )
-    batches_ok, batch_error, train_batches = False, None, 0
-    try:
-        experiences = maker.make_experience_batch(samples)
-        with mock.patch("torch.cuda.current_device", return_value=0):  # the buffer names its GPU
-            buffer = NaiveReplayBuffer(flags.train.micro_batch_size, 0, True, flags.ds.packing_samples, False)
-        for experience in experiences:
-            buffer.append(experience)
-        loader = DataLoader(buffer, batch_size=buffer.sample_batch_size, collate_fn=buffer.collate_fn)
-        train_batches = sum(1 for _ in loader)
-        batches_ok = len(buffer) == len(samples) and train_batches > 0
-    except (ValueError, TypeError, RuntimeError) as e:
-        batch_error = f"{type(e).__name__}: {e}"
+    batches_ok, batch_error, train_batches = _experience_batches(flags, samples, strategy, tokenizer)
     rewards = [r["reward"] for r in rows if r["reward"] is not None]
     return {
         "episodes": len(rows),
@@ -327,6 +307,35 @@ def run(args: argparse.Namespace, train_args: list[str]) -> dict[str, Any]:
         "rows": [{k: v for k, v in r.items() if k != "keys"} for r in rows],
         "keys": rows[0]["keys"] if rows else [],
     }
+
+
+def _experience_batches(
+    flags: Any, samples: list[Any], strategy: CpuStrategy, tokenizer: Any
+) -> tuple[bool, str | None, int]:
+    """OpenRLHF's trainer: experience maker over the rollout batch, then each actor's replay buffer. Returns whether
+    every sample came through as micro-batches, the error that stopped them, and how many micro-batches there are."""
+    from openrlhf.trainer.ppo_utils import FixedKLController, NaiveReplayBuffer
+    from torch.utils.data import DataLoader
+
+    ref = CpuModelGroup() if flags.algo.kl.init_coef > 0 or flags.algo.kl.use_loss else None
+    # GAE needs a critic's values: zeros of the right shape, as the actor's log-probs are.
+    critic = CpuModelGroup() if flags.algo.advantage.estimator == "gae" else None
+    maker = experience_maker_class()(
+        CpuModelGroup(), critic, None, ref, FixedKLController(flags.algo.kl.init_coef), strategy, tokenizer
+    )
+    batches_ok, batch_error, train_batches = False, None, 0
+    try:
+        experiences = maker.make_experience_batch(samples)
+        with mock.patch("torch.cuda.current_device", return_value=0):  # the buffer names its GPU
+            buffer = NaiveReplayBuffer(flags.train.micro_batch_size, 0, True, flags.ds.packing_samples, False)
+        for experience in experiences:
+            buffer.append(experience)
+        loader = DataLoader(buffer, batch_size=buffer.sample_batch_size, collate_fn=buffer.collate_fn)
+        train_batches = sum(1 for _ in loader)
+        batches_ok = len(buffer) == len(samples) and train_batches > 0
+    except (ValueError, TypeError, RuntimeError) as e:
+        batch_error = f"{type(e).__name__}: {e}"
+    return batches_ok, batch_error, train_batches
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -448,14 +449,9 @@ def build(
 ) -> dict:
     """Build (or finish building) an index directory; returns the manifest. An approximate index measures its
     recall on `queries` (a file) or the corpus's own rows, and is tuned or made exact (`settle_index`)."""
-    from searchrl.search.index.faiss_index import effective_factory, gpu_count  # loads FAISS: see build_vector_index
+    from searchrl.search.index.faiss_index import effective_factory  # loads FAISS: see build_vector_index
 
-    if index_type not in INDEX_TYPES:
-        raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")
-    if index_type == "exact" and factory is not None:
-        raise BuildError("factory: the exact index type has no FAISS index; leave --factory out")
-    if accept_recall is not None and not 0 < accept_recall <= 1:
-        raise BuildError(f"accept_recall: {accept_recall} is not a share of the top-10; give a value in (0, 1]")
+    _check_build_options(index_type, factory, accept_recall)
     texts = query_texts(queries)
     devices = resolve_devices(device)
     on_gpu = any(d.startswith("cuda") for d in devices)
@@ -475,31 +471,12 @@ def build(
     factory_used = effective_factory(wanted, n) if wanted is not None else None
     if factory_used != wanted:
         log.warning("factory %s clamped to %s for %d passages", wanted, factory_used, n)
-    index_type, factory_used, as_exact = compact_or_exact(index_type, factory_used, n, dimension)
+    vectors = _recall_queries(texts, queries, model, profile_name, max_seq_length, out / STORE_DIR, n)
     where = "cuda" if on_gpu else "cpu"
-    index_info, index_s = build_vector_index(
-        out, shards, dimension, index_type, factory_used, where, train_size, checksum
+    index = _settled_vector_index(
+        out, shards, dimension, index_type, factory_used, n, where, train_size, checksum, vectors, accept_recall
     )
-
-    def vectors() -> tuple[np.ndarray, str]:
-        def encoder() -> Encoder:
-            return Encoder(model, profile=PROFILES[profile_name], max_seq_length=max_seq_length, backend="torch")
-
-        return query_vectors(texts, queries, encoder, out / STORE_DIR, n)
-
-    measured = factory_used
-    index_type, factory_used, recall_record, search_params = settle_index(
-        out, shards, index_type, factory_used, vectors, accept_recall
-    )
-    if factory_used != measured:  # made exact: Flat built, or the compact index's files removed (factory None)
-        index_info, _ = build_vector_index(
-            out, shards, dimension, index_type, factory_used, where, train_size, checksum
-        )
-    if as_exact:
-        recall_record = {"outcome": f"exact: compact at {n} passages costs no less memory than exact", "recall": 1.0}
-    bm25_info = None
-    if bm25:
-        bm25_info = build_bm25(out, checksum, bm25_flavour)
+    bm25_info = build_bm25(out, checksum, bm25_flavour) if bm25 else None
     manifest = {
         "version": MANIFEST_VERSION,
         "model": model,
@@ -507,46 +484,131 @@ def build(
         "dimension": dimension,
         "normalize": PROFILES[profile_name].normalize,
         "metric": "inner_product",
-        "index_type": index_type,
+        "index_type": index.index_type,
         "factory_requested": wanted,
-        "factory": factory_used,
+        "factory": index.factory,
         "passages": n,
-        "recall": recall_record,
-        "search_params": search_params,
-        "corpus": {
-            "path": str(corpus),
-            "sha256": checksum,
-            "format": fmt,
-            "lines": store_info["lines"],
-            "bad_lines": store_info["bad_lines"],
-        },
-        "files": {
-            "index": INDEX_FILE if factory_used else None,
-            "index_bytes": index_info["bytes"],
-            "store": STORE_DIR,
-            "embeddings": EMBED_DIR,
-            "shard_size": shard_size,
-            "shards": len(shards),
-            "embedding_dtype": "float16",
-            "embeddings_required": index_type in SHARD_TYPES,
-            "bm25": BM25_DIR if bm25_info else None,
-        },
+        "recall": index.recall,
+        "search_params": index.search_params,
+        "corpus": _corpus_record(corpus, checksum, fmt, store_info),
+        "files": _files_record(index, shard_size, shards, bm25_info),
         "bm25": bm25_info,
-        "build": {
-            "device": ",".join(devices),
-            "gpus": sum(d.startswith("cuda") for d in devices) or (gpu_count() if on_gpu else 0),
-            "batch_size": batch_size,
-            "encoded_passages": timings["encoded_passages"],
-            "encode_seconds": round(timings["encode_seconds"], 3),
-            "model_load_seconds": round(timings["model_load_seconds"], 3),
-            "index_seconds": round(index_s, 3),
-            "max_seq_length": max_seq_length,
-        },
+        "build": _build_record(devices, on_gpu, batch_size, timings, index.seconds, max_seq_length),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     # The manifest goes last: a directory without one is an unfinished build, never a usable index.
     write_json_atomic(out / MANIFEST, manifest)
     return manifest
+
+
+class _SettledIndex(NamedTuple):
+    """The vector index a build keeps, after its recall is measured, and what the manifest records of it."""
+
+    index_type: str
+    factory: str | None
+    recall: dict
+    search_params: dict
+    info: dict
+    seconds: float
+
+
+def _check_build_options(index_type: str, factory: str | None, accept_recall: float | None) -> None:
+    if index_type not in INDEX_TYPES:
+        raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")
+    if index_type == "exact" and factory is not None:
+        raise BuildError("factory: the exact index type has no FAISS index; leave --factory out")
+    if accept_recall is not None and not 0 < accept_recall <= 1:
+        raise BuildError(f"accept_recall: {accept_recall} is not a share of the top-10; give a value in (0, 1]")
+
+
+def _recall_queries(
+    texts: list[str] | None,
+    source: str | Path | None,
+    model: str,
+    profile_name: str,
+    max_seq_length: int | None,
+    store: Path,
+    n: int,
+) -> Callable[[], tuple[np.ndarray, str]]:
+    """The encoded queries `settle_index` measures recall on, made only when an approximate index asks for them."""
+
+    def encoder() -> Encoder:
+        return Encoder(model, profile=PROFILES[profile_name], max_seq_length=max_seq_length, backend="torch")
+
+    def vectors() -> tuple[np.ndarray, str]:
+        return query_vectors(texts, source, encoder, store, n)
+
+    return vectors
+
+
+def _settled_vector_index(
+    out: Path,
+    shards: list[Path],
+    dimension: int,
+    index_type: str,
+    factory: str | None,
+    n: int,
+    where: str,
+    train_size: int,
+    checksum: str,
+    vectors: Callable[[], tuple[np.ndarray, str]],
+    accept_recall: float | None,
+) -> _SettledIndex:
+    """Build the index of `factory`, measure its recall (`settle_index`), and build it again where that made it
+    exact."""
+    index_type, factory, as_exact = compact_or_exact(index_type, factory, n, dimension)
+    index_info, index_s = build_vector_index(out, shards, dimension, index_type, factory, where, train_size, checksum)
+    measured = factory
+    index_type, factory, recall_record, search_params = settle_index(
+        out, shards, index_type, factory, vectors, accept_recall
+    )
+    if factory != measured:  # made exact: Flat built, or the compact index's files removed (factory None)
+        index_info, _ = build_vector_index(out, shards, dimension, index_type, factory, where, train_size, checksum)
+    if as_exact:
+        recall_record = {"outcome": f"exact: compact at {n} passages costs no less memory than exact", "recall": 1.0}
+    return _SettledIndex(index_type, factory, recall_record, search_params, index_info, index_s)
+
+
+def _corpus_record(corpus: Path, checksum: str, fmt: str, store_info: dict) -> dict:
+    return {
+        "path": str(corpus),
+        "sha256": checksum,
+        "format": fmt,
+        "lines": store_info["lines"],
+        "bad_lines": store_info["bad_lines"],
+    }
+
+
+def _files_record(index: _SettledIndex, shard_size: int, shards: list[Path], bm25_info: dict | None) -> dict:
+    return {
+        "index": INDEX_FILE if index.factory else None,
+        "index_bytes": index.info["bytes"],
+        "store": STORE_DIR,
+        "embeddings": EMBED_DIR,
+        "shard_size": shard_size,
+        "shards": len(shards),
+        "embedding_dtype": "float16",
+        "embeddings_required": index.index_type in SHARD_TYPES,
+        "bm25": BM25_DIR if bm25_info else None,
+    }
+
+
+def _build_record(
+    devices: list[str], on_gpu: bool, batch_size: int, timings: dict, index_s: float, max_seq_length: int | None
+) -> dict:
+    """Where and how fast the build ran."""
+    from searchrl.search.index.faiss_index import gpu_count
+
+    return {
+        "device": ",".join(devices),
+        "gpus": sum(d.startswith("cuda") for d in devices) or (gpu_count() if on_gpu else 0),
+        "batch_size": batch_size,
+        "encoded_passages": timings["encoded_passages"],
+        "encode_seconds": round(timings["encode_seconds"], 3),
+        "model_load_seconds": round(timings["model_load_seconds"], 3),
+        "index_seconds": round(index_s, 3),
+        "max_seq_length": max_seq_length,
+    }
 
 
 def parser() -> argparse.ArgumentParser:

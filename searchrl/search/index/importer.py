@@ -25,8 +25,9 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -223,36 +224,121 @@ def import_index(
     the file as it is; compact and exact are built from its vectors, a compact one measuring its recall on
     `queries` (or the corpus's own rows) as a build does (searchrl/search/index/build.py: settle_index)."""
     from searchrl.search.index.faiss_import import faiss  # loads FAISS (and its OpenMP) only when an import runs
-    from searchrl.search.index.faiss_index import effective_factory
 
-    if layout not in LAYOUTS:
-        raise IndexImportError(f"--layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
-    if index_type not in INDEX_TYPES:
-        raise IndexImportError(f"--index-type {index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
+    _check_arguments(layout, index_type, corpus, faiss_file, accept_recall)
     corpus, faiss_file, out = Path(corpus), Path(faiss_file), Path(out)
-    for name, path in (("--corpus", corpus), ("--faiss", faiss_file)):
-        if not path.is_file():
-            raise IndexImportError(f"{name} {path}: no such file")
-    if accept_recall is not None and not 0 < accept_recall <= 1:
-        raise IndexImportError(f"--accept-recall {accept_recall}: a share of the top-10; give a value in (0, 1]")
     asked = query_texts(queries)
     profile_name = profile or _profile_name(model, layout)
     index = read_mapped(faiss_file)
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
         raise IndexImportError(f"--faiss {faiss_file}: metric {index.metric_type}, not inner product")
     max_seq_length = max_seq_length or LAYOUT_MAX_LENGTH[layout]
+    encoder = _encoder_for(index, faiss_file, model, profile_name, max_seq_length)
+    out.mkdir(parents=True, exist_ok=True)
+    remove_durably(out / MANIFEST)
+    rows = sample_rows(index.ntotal)
+    report = CorpusReport()
+    count, texts = _write_passage_store(layout, corpus, faiss_file, out, index, rows, report, max_bad_lines)
+    check = check_rows(index, rows, [texts[r] for r in rows], encoder)
+    checksum = file_sha256(corpus)
+    write_json_atomic(
+        out / STORE_INFO,
+        {"corpus_sha256": checksum, "format": layout, "passages": count, "lines": report.lines,
+         "bad_lines": report.bad, "bad_examples": [{"line": n, "reason": r} for n, r in report.examples]},
+    )  # fmt: skip
+    if index_type == "faiss":
+        served = _serve_as_imported(index, faiss_file, out, checksum)
+    else:
+        record = {"corpus_sha256": checksum, "model": model, "profile": profile_name, "max_seq_length": max_seq_length,
+                  "reconstructed_from": str(faiss_file)}  # fmt: skip
+
+        def vectors() -> tuple[np.ndarray, str]:
+            return query_vectors(asked, queries, lambda: encoder, out / STORE_DIR, count)
+
+        served = _rebuild_from_vectors(
+            index, out, index_type, shard_size, train_size, checksum, record, vectors, accept_recall
+        )
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "model": model,
+        "profile": PROFILES[profile_name].to_dict(),
+        "dimension": int(index.d),
+        "normalize": PROFILES[profile_name].normalize,
+        "metric": "inner_product",
+        "index_type": served.index_type,
+        "factory_requested": None,
+        "factory": served.factory,
+        "passages": count,
+        "recall": served.recall,
+        "search_params": served.search_params,
+        "corpus": {"path": str(corpus), "sha256": checksum, "format": layout, "lines": report.lines,
+                   "bad_lines": report.bad},
+        "files": _files_record(served, shard_size),
+        "bm25": None,
+        "build": {"imported": True, "max_seq_length": max_seq_length},
+        "imported": {"layout": layout, "faiss": str(faiss_file), "placed_by": served.placed_by, "row_check": check},
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }  # fmt: skip
+    write_json_atomic(out / MANIFEST, manifest)
+    return manifest
+
+
+class _Served(NamedTuple):
+    """How the imported vectors are served, as the manifest records it."""
+
+    index_type: str
+    factory: str | None
+    recall: dict
+    search_params: dict
+    placed_by: str
+    index_bytes: int | None
+    shards: list[Path]
+
+
+def _check_arguments(
+    layout: str, index_type: str, corpus: str | Path, faiss_file: str | Path, accept_recall: float | None
+) -> None:
+    if layout not in LAYOUTS:
+        raise IndexImportError(f"--layout {layout!r}: choose one of {', '.join(LAYOUTS)}")
+    if index_type not in INDEX_TYPES:
+        raise IndexImportError(f"--index-type {index_type!r}: choose one of {', '.join(INDEX_TYPES)}")
+    for name, path in (("--corpus", Path(corpus)), ("--faiss", Path(faiss_file))):
+        if not path.is_file():
+            raise IndexImportError(f"{name} {path}: no such file")
+    if accept_recall is not None and not 0 < accept_recall <= 1:
+        raise IndexImportError(f"--accept-recall {accept_recall}: a share of the top-10; give a value in (0, 1]")
+
+
+def _encoder_for(
+    index,  # noqa: ANN001 - a faiss.Index of any kind
+    faiss_file: Path,
+    model: str,
+    profile_name: str,
+    max_seq_length: int,
+) -> Encoder:
+    """The model's encoder, refused where its vectors are not the dimension the FAISS file holds."""
     encoder = Encoder(model, profile=PROFILES[profile_name], max_seq_length=max_seq_length, backend="torch")
     if encoder.dimension != index.d:
         raise IndexImportError(
             f"--faiss {faiss_file} holds {index.d}-d vectors, but {model} encodes {encoder.dimension}: another model "
             "built this index (pass --model)"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    remove_durably(out / MANIFEST)
-    rows = sample_rows(index.ntotal)
+    return encoder
+
+
+def _write_passage_store(
+    layout: str,
+    corpus: Path,
+    faiss_file: Path,
+    out: Path,
+    index,  # noqa: ANN001 - a faiss.Index of any kind
+    rows: list[int],
+    report: CorpusReport,
+    max_bad_lines: int | None,
+) -> tuple[int, dict[int, str]]:
+    """Stream the corpus into the passage store; returns its passage count and the embedded texts of `rows`."""
     wanted = set(rows)
     texts: dict[int, str] = {}
-    report = CorpusReport()
 
     def records() -> Iterator[Record]:
         for row, (record, embedded) in enumerate(READERS[layout](corpus, report)):
@@ -269,66 +355,69 @@ def import_index(
             f"--corpus {corpus} holds {count:,} passages but --faiss {faiss_file} {index.ntotal:,} vectors: "
             "they are not one index's files"
         )
-    check = check_rows(index, rows, [texts[r] for r in rows], encoder)
-    checksum = file_sha256(corpus)
-    write_json_atomic(
-        out / STORE_INFO,
-        {"corpus_sha256": checksum, "format": layout, "passages": count, "lines": report.lines,
-         "bad_lines": report.bad, "bad_examples": [{"line": n, "reason": r} for n, r in report.examples]},
-    )  # fmt: skip
-    if index_type == "faiss":
-        how = link_or_copy(faiss_file, out / INDEX_FILE)
-        size = (out / INDEX_FILE).stat().st_size
-        write_json_atomic(out / INDEX_INFO, {"corpus_sha256": checksum, "imported_from": str(faiss_file),
-                                               "bytes": size})  # fmt: skip
-        factory, shards = type(faiss.downcast_index(index)).__name__, []
-        exact = isinstance(faiss.downcast_index(index), faiss.IndexFlat)
-        recall_record = {"outcome": "exact", "recall": 1.0} if exact else {"outcome": "served as imported, unmeasured"}
-        search_params: dict = {}
-    else:
-        record = {"corpus_sha256": checksum, "model": model, "profile": profile_name, "max_seq_length": max_seq_length,
-                  "reconstructed_from": str(faiss_file)}  # fmt: skip
-        shards = shards_from(index, out, shard_size, record)
-        wanted = default_factory(index_type, int(index.d), count)
-        factory = effective_factory(wanted, count) if wanted is not None else None
-        index_type, factory, as_exact = compact_or_exact(index_type, factory, count, int(index.d))
-        built, _ = build_vector_index(out, shards, int(index.d), index_type, factory, "cpu", train_size, checksum)
-        measured = factory
-        index_type, factory, recall_record, search_params = settle_index(
-            out, shards, index_type, factory,
-            lambda: query_vectors(asked, queries, lambda: encoder, out / STORE_DIR, count), accept_recall,
-        )  # fmt: skip
-        if factory != measured:  # the compact index fell back to the exact type: its files are removed
-            built, _ = build_vector_index(out, shards, int(index.d), index_type, None, "cpu", train_size, checksum)
-        if as_exact:
-            recall_record = {"outcome": f"exact: compact at {count} passages costs no less memory", "recall": 1.0}
-        how, size = f"re-built as {index_type} from the stored vectors", built["bytes"] if factory else None
-    manifest = {
-        "version": MANIFEST_VERSION,
-        "model": model,
-        "profile": PROFILES[profile_name].to_dict(),
-        "dimension": int(index.d),
-        "normalize": PROFILES[profile_name].normalize,
-        "metric": "inner_product",
-        "index_type": index_type,
-        "factory_requested": None,
-        "factory": factory,
-        "passages": count,
-        "recall": recall_record,
-        "search_params": search_params,
-        "corpus": {"path": str(corpus), "sha256": checksum, "format": layout, "lines": report.lines,
-                   "bad_lines": report.bad},
-        "files": {"index": INDEX_FILE if factory else None, "index_bytes": size, "store": STORE_DIR,
-                  "embeddings": EMBED_DIR if shards else None, "shard_size": shard_size if shards else None,
-                  "shards": len(shards), "embedding_dtype": "float16" if shards else None,
-                  "embeddings_required": index_type in SHARD_TYPES, "bm25": None},
+    return count, texts
+
+
+def _serve_as_imported(index, faiss_file: Path, out: Path, checksum: str) -> _Served:  # noqa: ANN001
+    """The FAISS file placed in the index directory as it is (`--index-type faiss`)."""
+    from searchrl.search.index.faiss_import import faiss
+
+    how = link_or_copy(faiss_file, out / INDEX_FILE)
+    size = (out / INDEX_FILE).stat().st_size
+    write_json_atomic(out / INDEX_INFO, {"corpus_sha256": checksum, "imported_from": str(faiss_file),
+                                           "bytes": size})  # fmt: skip
+    factory = type(faiss.downcast_index(index)).__name__
+    exact = isinstance(faiss.downcast_index(index), faiss.IndexFlat)
+    recall_record = {"outcome": "exact", "recall": 1.0} if exact else {"outcome": "served as imported, unmeasured"}
+    return _Served("faiss", factory, recall_record, {}, how, size, [])
+
+
+def _rebuild_from_vectors(
+    index,  # noqa: ANN001 - a faiss.Index of any kind
+    out: Path,
+    index_type: str,
+    shard_size: int,
+    train_size: int,
+    checksum: str,
+    record: dict,
+    queries: Callable[[], tuple[np.ndarray, str]],
+    accept_recall: float | None,
+) -> _Served:
+    """A compact or exact index built from the stored vectors, read back as fp16 shards, its recall settled as a
+    build settles it."""
+    from searchrl.search.index.faiss_index import effective_factory
+
+    count = int(index.ntotal)
+    shards = shards_from(index, out, shard_size, record)
+    wanted = default_factory(index_type, int(index.d), count)
+    factory = effective_factory(wanted, count) if wanted is not None else None
+    index_type, factory, as_exact = compact_or_exact(index_type, factory, count, int(index.d))
+    built, _ = build_vector_index(out, shards, int(index.d), index_type, factory, "cpu", train_size, checksum)
+    measured = factory
+    index_type, factory, recall_record, search_params = settle_index(
+        out, shards, index_type, factory, queries, accept_recall
+    )
+    if factory != measured:  # the compact index fell back to the exact type: its files are removed
+        built, _ = build_vector_index(out, shards, int(index.d), index_type, None, "cpu", train_size, checksum)
+    if as_exact:
+        recall_record = {"outcome": f"exact: compact at {count} passages costs no less memory", "recall": 1.0}
+    how, size = f"re-built as {index_type} from the stored vectors", built["bytes"] if factory else None
+    return _Served(index_type, factory, recall_record, search_params, how, size, shards)
+
+
+def _files_record(served: _Served, shard_size: int) -> dict:
+    shards = served.shards
+    return {
+        "index": INDEX_FILE if served.factory else None,
+        "index_bytes": served.index_bytes,
+        "store": STORE_DIR,
+        "embeddings": EMBED_DIR if shards else None,
+        "shard_size": shard_size if shards else None,
+        "shards": len(shards),
+        "embedding_dtype": "float16" if shards else None,
+        "embeddings_required": served.index_type in SHARD_TYPES,
         "bm25": None,
-        "build": {"imported": True, "max_seq_length": max_seq_length},
-        "imported": {"layout": layout, "faiss": str(faiss_file), "placed_by": how, "row_check": check},
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    }  # fmt: skip
-    write_json_atomic(out / MANIFEST, manifest)
-    return manifest
+    }
 
 
 def _profile_name(model: str, layout: str) -> str:
