@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from searchrl.stage.search import SEARCH_KINDS
 
 RUN_FILE = "run.json"
 # Files a run writes; --force-new moves exactly these.
@@ -85,52 +86,7 @@ def _get(d: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def index_identity(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The parts of an index manifest that decide what a search returns."""
-    if not manifest:
-        return None
-    corpus = manifest.get("corpus") or {}
-    return {
-        "model": manifest.get("model"),
-        "factory": manifest.get("factory"),
-        "passages": manifest.get("passages"),
-        "corpus_sha256": corpus.get("sha256"),
-    }
-
-
 def search_identity(config: Any) -> dict[str, Any]:
     """What a search config searches: the index (read from its manifest, or from the retrieval server's
-    /health), the web provider and its options, or the routed models."""
-    if config.backend == "local":
-        manifest = Path(config.index_dir) / "manifest.json" if config.index_dir else None
-        data = json.loads(manifest.read_text()) if manifest and manifest.is_file() else None
-        return {"backend": "local", "index": index_identity(data), "options": {"nprobe": config.nprobe}}
-    if config.backend == "http":
-        token = os.environ.get(config.token_env)
-        return {"backend": "http", "index": index_identity(_served_manifest(config.urls, token)), "options": {}}
-    if config.backend == "web":
-        return {"backend": "web", "index": None, "options": web_options(config.web)}
-    if config.backend == "retrieve":
-        return {"backend": "retrieve", "index": None, "options": {"urls": list(config.urls)}}
-    router = getattr(config, "router", None)
-    models = [m.name for m in router.models] if router else []
-    return {"backend": config.backend, "index": None, "options": {"models": models}}
-
-
-def web_options(web: Any) -> dict[str, Any]:
-    if web is None:
-        return {}
-    return {"provider": web.provider, "site": web.site, "fetch_pages": web.fetch_pages, "summarize": web.summarize}
-
-
-def _served_manifest(urls: list[str], token: str | None = None) -> dict[str, Any] | None:
-    """The index manifest a retrieval server reports; a server with a token shows it only to a bearer of it."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    for url in urls:
-        try:
-            return httpx.get(url.rstrip("/") + "/health", headers=headers, timeout=5.0).json().get("manifest")
-        except (httpx.HTTPError, ValueError, AttributeError):
-            continue
-    return None
+    /health), the web provider and its options, or the routed models; each backend kind says (`identity`)."""
+    return SEARCH_KINDS[config.backend].identity(config)

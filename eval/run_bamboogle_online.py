@@ -17,12 +17,12 @@ from pathlib import Path
 
 from pydantic import ValidationError  # noqa: E402
 
-from eval.resume import web_options  # noqa: E402
 from eval.runner import add_generation_args, episode_from, protocol_from, run_all  # noqa: E402
 from searchrl.config import ConfigError  # noqa: E402
 from searchrl.jsonl import RecordError  # noqa: E402
 from searchrl.search.base import SearchError  # noqa: E402
 from searchrl.search.web import WebSearchBackend, WebSearchConfig  # noqa: E402
+from searchrl.search.web.backend import web_options  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ from eval.runner import add_generation_args, run_all  # noqa: E402
 from eval.suites import SUITES, suite_specs  # noqa: E402
 from searchrl.config import ConfigError, load  # noqa: E402
 from searchrl.jsonl import RecordError  # noqa: E402
-from searchrl.search.backends import SearchConfig, open_backend  # noqa: E402
+from searchrl.search.backends import BACKENDS, SearchConfig, open_backend  # noqa: E402
 from searchrl.search.base import SearchError  # noqa: E402
 
 # An evaluation is watched, and a question whose search failed is redone by the next run: it gives up sooner than
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             datasets = suite_specs(args.suite, args.suite_dir)
         else:
             datasets = [d.strip() for d in args.dataset.split(",") if d.strip()]
-        check = (lambda: asyncio.run(probe(config))) if config.backend == "http" else None
+        check = (lambda: asyncio.run(probe(config))) if BACKENDS[config.backend].probed_before_run else None
         extra = {"suite": args.suite} if args.suite else None
         return run_all(datasets, args, backend, search_identity(config), extra, probe=check)
     except (ConfigError, RecordError, ValueError) as e:

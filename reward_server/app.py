@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from reward_server.idempotency import RecentAnswers, body_digest, log_fields, request_key, same_body
 from reward_server.key_store import KeyStore, store_path
 from searchrl.metrics import as_golds
-from searchrl.protocols.r1_searcher import split_solution
+from searchrl.protocols import get_protocol
 from searchrl.reward.scoring import SampleScore, score_solution
 from searchrl.reward.spec import RewardSpec
 from searchrl.server import (
@@ -194,11 +194,12 @@ def _validate_shape(req: RewardRequest, settings: ServerSettings) -> list[list[s
 
 def _score_batch(req: RewardRequest, golds: list[list[str]], spec: RewardSpec) -> list[SampleScore]:
     results = []
+    protocol = get_protocol(spec.reads)
     for i, text in enumerate(req.query):
         solution = text
         if req.prompts is not None:
             try:
-                solution = split_solution(text, req.prompts[i])
+                solution = protocol.split_solution(text, req.prompts[i])
             except ValueError:
                 raise RequestError(f"prompts.{i}", "not found inside query; send the prompt the policy saw") from None
         if spec.search_r1:

@@ -29,7 +29,7 @@ from search_backend.serve.app import SearchService, ServerConfig
 from search_backend.serve.app import create_app as create_search_app
 from search_backend.serve.batching import MicroBatcher
 from searchrl import metrics
-from searchrl.protocols.r1_searcher import _match_ignoring_space, split_solution
+from searchrl.protocols.segments import _match_ignoring_space, split_solution
 from searchrl.reward.spec import STAGE2_ANSWER
 from searchrl.search.web import FetchPolicy, FetchRefusedError, fetch_page
 from searchrl.search.web.fetch import Page
@@ -417,7 +417,7 @@ def test_normalize_answer_cache_is_bounded():
 
 
 def test_drop_space_table_covers_every_white_space_character():
-    from searchrl.protocols.r1_searcher import _DROP_SPACE
+    from searchrl.protocols.segments import _DROP_SPACE
 
     assert set(_DROP_SPACE) == {c for c in range(0x110000) if chr(c).isspace()}
 
@@ -512,7 +512,7 @@ JSON_HEADERS = {"content-type": "application/json"}
 
 
 def test_evaluation_reads_the_served_manifest_with_the_token(search_token_url):
-    from eval.resume import _served_manifest
+    from searchrl.search.http_client import served_manifest
 
-    assert _served_manifest([search_token_url]) is None
-    assert _served_manifest([search_token_url], TOKEN)["model"] == "all-MiniLM-L6-v2"
+    assert served_manifest([search_token_url]) is None
+    assert served_manifest([search_token_url], TOKEN)["model"] == "all-MiniLM-L6-v2"

@@ -13,7 +13,6 @@ from typing import Any
 
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS, ROOT
-from searchrl.search.web import PROVIDERS, WebSearchConfig
 from searchrl.stage.config import (
     CONFIG_JSON_ENV,
     STAGES,
@@ -116,18 +115,7 @@ def plan_stage(stage_name: str, model: str | None, overrides: list[str]) -> dict
 def secret_names(stage: StageConfig) -> list[str]:
     """Environment variables holding what the workers need to authenticate: the servers' tokens,
     the search provider's and summariser's keys, the router's endpoint keys, W&B and HF tokens."""
-    names = [stage.reward_server.token_env]
-    search = stage.search
-    if search.backend in ("http", "retrieve"):
-        names.append(search.token_env)
-    elif search.backend == "web":
-        web = search.web or WebSearchConfig()
-        names.append(web.api_key_env or PROVIDERS[web.provider].key_env or "")
-        if web.summarize:
-            names.append(web.summarizer_api_key_env)
-    elif search.backend == "router" and search.router is not None:
-        names += [m.api_key_env for m in search.router.models if m.api_key_env]
-    names += ALWAYS_FORWARDED
+    names = [stage.reward_server.token_env, *stage.search.kind.secret_envs(stage.search), *ALWAYS_FORWARDED]
     return [n for n in dict.fromkeys(names) if n]
 
 

@@ -21,7 +21,9 @@ import httpx
 
 from searchrl.paths import RUNS
 from searchrl.process import own_tool
+from searchrl.protocols import get_protocol
 from searchrl.reward.spec import protocols_of
+from searchrl.search.base import HealthProbe
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig, stage_package
 from searchrl.stage.templates import template_fingerprint
 
@@ -130,83 +132,87 @@ def check_servers(
     """The servers the stage names answer, take its tokens and, for the reward server, score its reward in its
     protocol. `stage_name`: the command-line name the fixes name (default: the config's `stage` field's prefix)."""
     checks = []
-    servers: list[tuple[str, str, str, str, dict[str, Any]]] = [
-        ("reward server", u, stage.reward_server.token_env, "/get_reward", {"query": []})
-        for u in stage.reward_server.urls
+    rewards = [
+        HealthProbe(u, stage.reward_server.token_env, "/get_reward", {"query": []}) for u in stage.reward_server.urls
     ]
-    if stage.search.backend == "http":
-        servers += [
-            ("retrieval server", u, stage.search.token_env, "/search", {"queries": [], "top_k": 0})
-            for u in stage.search.urls
-        ]
+    servers = [("reward server", p) for p in rewards]
+    servers += [("retrieval server", p) for p in stage.search.kind.health_probes(stage.search)]
     start = f"bash launch/start_servers.sh --index DIR --stage {stage_name or stage.stage.split('_')[0]}"
-    for what, url, token_env, path, probe in servers:
-        health, status = _get_health(url, token_env, timeout_s)
+    for what, probe in servers:
+        health, status = _get_health(probe.url, probe.token_env, timeout_s)
         if health is None:
-            checks.append(Check(f"{what} healthy", False, f"{url}/health: {status}", f"start it: {start}"))
+            checks.append(Check(f"{what} healthy", False, f"{probe.url}/health: {status}", f"start it: {start}"))
             continue
-        checks.append(Check(f"{what} healthy", True, f"{url}/health answered"))
-        record = started_here(url, run_dir)
-        if record is not None:
-            pid = int(record.get("pid", -1))
-            ok = _alive(pid)
-            checks.append(
-                Check(
-                    f"{what} is the one start_servers.sh started",
-                    ok,
-                    f"pid {pid} ({record.get('name')}) {'running' if ok else 'is gone: someone else answers here'}",
-                    "" if ok else f"stop whatever holds {url}, then {start}",
-                )
-            )
-        accepted = _token_accepted(url, path, probe, token_env, timeout_s)
-        set_ = bool(os.environ.get(token_env))
-        checks.append(
-            Check(
-                f"{what} token",
-                accepted is not False,
-                f"${token_env} {'set, forwarded to the workers' if set_ else 'not set'}; "
-                f"{'accepted' if accepted else 'refused (401/403)' if accepted is False else 'not probed'}",
-                "" if accepted is not False else f"export {token_env}=<the server's token> before submitting",
-            )
-        )
+        checks.append(Check(f"{what} healthy", True, f"{probe.url}/health answered"))
+        checks += _started_here_check(what, probe.url, run_dir, start)
+        checks.append(_token_check(what, probe, timeout_s))
         if what == "reward server":
-            served = health.get("spec")
-            if served is None:
-                checks.append(
-                    Check(
-                        "reward spec equal",
-                        False,
-                        f"{url}/health shows no spec (it needs the bearer token)",
-                        f"export {token_env}=<the server's token>",
-                    )
-                )
-            else:
-                reads = "?"
-                if isinstance(served, dict):
-                    reads = served.get("protocol") or protocols_of(str(served.get("formula", "")))[0]
-                fits = reads == stage.protocol
-                checks.append(
-                    Check(
-                        "reward server protocol",
-                        fits,
-                        f"the server reads {reads}'s tags; this stage speaks {stage.protocol}",
-                        ""
-                        if fits
-                        else f"restart the reward server with this stage's reward ({stage.protocol}): {start}",
-                    )
-                )
-                diff = stage.reward.differing_components(served) if isinstance(served, dict) else ["spec"]
-                checks.append(
-                    Check(
-                        "reward spec equal",
-                        not diff,
-                        f"the server scores with this stage's reward (digest {stage.reward.digest()})"
-                        if not diff
-                        else f"{url} scores another reward; differing components: {', '.join(diff)}",
-                        "" if not diff else f"restart the reward server for this stage: {start}",
-                    )
-                )
+            checks += _reward_spec_checks(stage, probe, health, start)
     return checks
+
+
+def _started_here_check(what: str, url: str, run_dir: Path, start: str) -> list[Check]:
+    """When start_servers.sh recorded starting a server at `url`, that the process it started still answers there."""
+    record = started_here(url, run_dir)
+    if record is None:
+        return []
+    pid = int(record.get("pid", -1))
+    ok = _alive(pid)
+    return [
+        Check(
+            f"{what} is the one start_servers.sh started",
+            ok,
+            f"pid {pid} ({record.get('name')}) {'running' if ok else 'is gone: someone else answers here'}",
+            "" if ok else f"stop whatever holds {url}, then {start}",
+        )
+    ]
+
+
+def _token_check(what: str, probe: HealthProbe, timeout_s: float) -> Check:
+    accepted = _token_accepted(probe.url, probe.path, probe.payload, probe.token_env, timeout_s)
+    set_ = bool(os.environ.get(probe.token_env))
+    return Check(
+        f"{what} token",
+        accepted is not False,
+        f"${probe.token_env} {'set, forwarded to the workers' if set_ else 'not set'}; "
+        f"{'accepted' if accepted else 'refused (401/403)' if accepted is False else 'not probed'}",
+        "" if accepted is not False else f"export {probe.token_env}=<the server's token> before submitting",
+    )
+
+
+def _reward_spec_checks(stage: StageConfig, probe: HealthProbe, health: dict[str, Any], start: str) -> list[Check]:
+    """The reward server reads this stage's protocol and scores with this stage's reward (its /health spec)."""
+    served = health.get("spec")
+    if served is None:
+        return [
+            Check(
+                "reward spec equal",
+                False,
+                f"{probe.url}/health shows no spec (it needs the bearer token)",
+                f"export {probe.token_env}=<the server's token>",
+            )
+        ]
+    reads = "?"
+    if isinstance(served, dict):
+        reads = served.get("protocol") or protocols_of(str(served.get("formula", "")))[0]
+    fits = reads == stage.protocol
+    diff = stage.reward.differing_components(served) if isinstance(served, dict) else ["spec"]
+    return [
+        Check(
+            "reward server protocol",
+            fits,
+            f"the server reads {reads}'s tags; this stage speaks {stage.protocol}",
+            "" if fits else f"restart the reward server with this stage's reward ({stage.protocol}): {start}",
+        ),
+        Check(
+            "reward spec equal",
+            not diff,
+            f"the server scores with this stage's reward (digest {stage.reward.digest()})"
+            if not diff
+            else f"{probe.url} scores another reward; differing components: {', '.join(diff)}",
+            "" if not diff else f"restart the reward server for this stage: {start}",
+        ),
+    ]
 
 
 def check_data(
@@ -220,7 +226,7 @@ def check_data(
         f"python -m {stage_package(stage.stage)}.prepare_data --model {stage.model} --input QUESTIONS{split} "
         f"--out {data}"
     )
-    if stage.prompt is not None or stage.protocol != "r1-searcher":
+    if stage.prompt is not None or get_protocol(stage.protocol).PROMPT is not None:
         # The stage's own prompt (RAG-R1's rules, Router-R1's pool) or its protocol's instruction (Search-R1's) is
         # rendered only through its config.
         prepare += f" --config configs/stages/{STAGES.get(stage_name, stage_name)}.yaml"

@@ -5,20 +5,16 @@ A stage names its protocol (`protocol: r1-searcher | search-r1 | rag-r1 | router
 environment, the replay engine, the evaluation and the prompt data take it from there, and nothing outside these
 modules spells a tag.
 R1-Searcher's is the default. A module is its own implementation (mypy checks a module against a Protocol class),
-so a new protocol is one module and one entry in `PROTOCOLS`.
+so a new protocol is one module and one entry in `PROTOCOLS` (the names a config accepts are its keys).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol, get_args
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
 
 from searchrl.protocols import r1_searcher, rag_r1, router_r1, search_r1, tool_call
 from searchrl.search.base import Passage
-
-ProtocolName = Literal["r1-searcher", "search-r1", "rag-r1", "router-r1", "tool-call"]
-PROTOCOL_NAMES: tuple[str, ...] = get_args(ProtocolName)
-DEFAULT_PROTOCOL: ProtocolName = "r1-searcher"
 
 
 class TagProtocol(Protocol):
@@ -45,8 +41,21 @@ class TagProtocol(Protocol):
     EPISODE_DEFAULTS: dict[str, Any]
     # The episode its authors evaluated with (`searchrl eval local --protocol`); None: evaluated another way.
     EVAL_EPISODE: dict[str, Any] | None
+    # The reward formulas (searchrl/reward/spec.py) that read its tags.
+    REWARD_FORMULAS: tuple[str, ...]
+    # Whether an LLM router's searches can be written in it (search.backend: router).
+    ROUTES: bool
+    # The tiny policy's warm start that speaks it, a folder of examples/; None: rehearsals start from R1-Searcher's.
+    WARM_START: str | None
+    # The solution's searches, documents and answer as the project's formula reads them; None: that formula does
+    # not read this protocol.
+    parse_solution: Callable[[str], Any] | None
 
     def stops(self, stop_after_answer: bool) -> list[str]: ...
+    # The policy's solution inside the decoded prompt and response (raises ValueError when the prompt is not there).
+    def split_solution(self, query: str, prompt: str) -> str: ...
+    # Why an episode's settings do not fit the protocol, beyond the checks every protocol gets; None when they do.
+    def episode_problem(self, episode: Any) -> str | None: ...
     def search_query(self, segment: str) -> str | None: ...
     def answered(self, segment: str) -> bool: ...
     # The answer the policy wrote (None: none), and the one its evaluation metric reads from prompt and solution.
@@ -74,8 +83,9 @@ PROTOCOLS: dict[str, TagProtocol] = {
     # policy's; this instance holds the ChatML turn Qwen's templates render.
     "tool-call": tool_call.DEFAULT,
 }
-if set(PROTOCOLS) != set(PROTOCOL_NAMES):
-    raise ImportError(f"PROTOCOLS {sorted(PROTOCOLS)} and ProtocolName {sorted(PROTOCOL_NAMES)} must name the same")
+PROTOCOL_NAMES: tuple[str, ...] = tuple(PROTOCOLS)
+ProtocolName = Literal[PROTOCOL_NAMES]  # type: ignore[valid-type]
+DEFAULT_PROTOCOL: ProtocolName = "r1-searcher"
 
 
 def get_protocol(name: str) -> TagProtocol:

@@ -12,9 +12,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from searchrl.protocols.segments import policy_segments
+from searchrl.protocols.segments import split_solution as split_solution
 from searchrl.search.base import Passage, r1_text
 
 THINK_OPEN = "<think>"
@@ -40,6 +41,13 @@ CUT_AFTER: str | None = None
 EPISODE_DEFAULTS: dict = {}
 # Its evaluation: top-5 passages, up to 16 searches (training uses 3 and 8).
 EVAL_EPISODE: dict | None = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
+# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and whether an LLM router's searches
+# (search.backend: router) can be written in it (a query that names a pool model).
+REWARD_FORMULAS: tuple[str, ...] = ("searchrl", "router_r1")
+ROUTES = True
+# The tiny policy's warm start that speaks it (a folder of examples/, searchrl/rehearsal/warm_start.py); None: its
+# rehearsals start from R1-Searcher's.
+WARM_START: str | None = "tiny_policy"
 # A segment that is not a search ends the episode: its reward reads what was written.
 INVALID_ACTION: str | None = None
 SEARCH_CLOSE = END_QUERY
@@ -301,64 +309,11 @@ def from_r1_searcher(trajectory: str) -> str:
     return trajectory
 
 
-def split_solution(query: str, prompt: str) -> str:
-    """The solution inside OpenRLHF's decoded `query` (prompt + response) given the `prompt`.
-
-    Decoding the token ids does not always give back the prompt string byte for byte (special tokens
-    in front, whitespace clean-up), so after the exact forms the prompt is matched ignoring white space.
-    Raises ValueError when the prompt cannot be found, so a mismatch is never scored silently.
-    """
-    if query.startswith(prompt):
-        return query[len(prompt) :]
-    at = query.find(prompt)
-    if at >= 0:
-        return query[at + len(prompt) :]
-    end = _match_ignoring_space(query, prompt)
-    if end is None:
-        raise ValueError("the prompt is not contained in the query")
-    return query[end:]
-
-
-# str.split()'s white space (every str.isspace() code point; the last one is U+3000) mapped to nothing.
-_DROP_SPACE = {c: None for c in range(0x3001) if chr(c).isspace()}
-_NON_SPACE_RUN = re.compile(r"\S+")
-_BLOCK = 1 << 16
-
-
-def _squeeze(text: str) -> str:
-    """`text` without white space. str.translate is fastest on ASCII; otherwise split and join a block
-    at a time, which bounds the word objects alive at once."""
-    if text.isascii():
-        return text.translate(_DROP_SPACE)
-    return "".join("".join(text[i : i + _BLOCK].split()) for i in range(0, len(text), _BLOCK))
-
-
-def _match_ignoring_space(query: str, prompt: str) -> int | None:
-    """Where the prompt ends in the query when white space is ignored on both sides, or None.
-
-    Works on whole strings and fixed-size blocks (squeezed copies, one find): a per-character
-    position list of a multi-megabyte query cost gigabytes.
-    """
-    needle = _squeeze(prompt)
-    if not needle:
-        return 0
-    at = _squeeze(query).find(needle)
-    if at < 0:
-        return None
-    return _end_of_non_space(query, at + len(needle))
-
-
-def _end_of_non_space(text: str, n: int) -> int:
-    """The index just past the n-th (n >= 1) non-space character of `text`, which has at least n."""
-    start = 0
-    while (count := len(_squeeze(text[start : start + _BLOCK]))) < n:
-        n -= count
-        start += _BLOCK
-    for run in _NON_SPACE_RUN.finditer(text, start, start + _BLOCK):
-        if n <= run.end() - run.start():
-            return run.start() + n
-        n -= run.end() - run.start()
-    raise AssertionError("unreachable: the block holds the n-th non-space character")
+def episode_problem(episode: Any) -> str | None:
+    """Why an episode's settings do not fit this protocol (beyond what every protocol checks); None when they do."""
+    if episode.max_turns is not None:
+        return "episode.max_turns: Search-R1's turn limit; R1-Searcher's episodes use max_searches"
+    return None
 
 
 def recorded_turns(trajectory: str) -> list[tuple[str, str | None, str | None]]:

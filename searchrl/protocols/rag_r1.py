@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from searchrl.protocols import search_r1
 from searchrl.protocols.search_r1 import (
@@ -25,6 +26,7 @@ from searchrl.protocols.search_r1 import (
     policy_answer,
     scored_answer,
 )
+from searchrl.protocols.segments import split_solution
 from searchrl.search.base import Passage
 
 NAME = "rag-r1"
@@ -43,8 +45,18 @@ EVAL_EPISODE: dict | None = {
     "top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500, "max_queries_per_block": 3,
     "query_separator": ",",
 }  # fmt: skip
+# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and whether an LLM router's searches
+# (search.backend: router) can be written in it (a query that names a pool model).
+REWARD_FORMULAS: tuple[str, ...] = ("search_r1_em", "search_r1_em_format")
+ROUTES = False
+# The tiny policy's warm start that speaks it (a folder of examples/, searchrl/rehearsal/warm_start.py); None: its
+# rehearsals start from R1-Searcher's.
+WARM_START: str | None = None
+# Its reward is Search-R1's EM, which reads the answer alone: the project's formula has no parse of its solutions.
+parse_solution = None
 
 __all__ = [
+    "split_solution",
     "DOCUMENTS_CLOSE",
     "DOCUMENTS_OPEN",
     "INVALID_ACTION",
@@ -57,6 +69,15 @@ __all__ = [
     "search_query",
     "stops",
 ]
+
+
+def episode_problem(episode: Any) -> str | None:
+    if episode.max_queries_per_block == 1:
+        return (
+            "episode.max_queries_per_block: RAG-R1's protocol sends several queries a search (its prompt: 3); set it, "
+            "or speak search-r1 for one query a search"
+        )
+    return None
 
 
 def stops(stop_after_answer: bool) -> list[str]:

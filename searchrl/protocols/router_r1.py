@@ -22,10 +22,12 @@ from searchrl.protocols.search_r1 import (
     STOP_OPENS,
     THINK,
     answered,
+    episode_problem,
     from_r1_searcher,
     message_block,
     policy_answer,
 )
+from searchrl.protocols.segments import split_solution
 from searchrl.search.base import Passage
 
 NAME = "router-r1"
@@ -42,12 +44,23 @@ CUT_AFTER: str | None = None
 EPISODE_DEFAULTS: dict = {}
 # Evaluated by `searchrl eval routing` with its stage config, not `eval local`.
 EVAL_EPISODE: dict | None = None
+# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and whether an LLM router's searches
+# (search.backend: router) can be written in it (a query that names a pool model).
+REWARD_FORMULAS: tuple[str, ...] = ("router_r1",)
+ROUTES = True
+# The tiny policy's warm start that speaks it (a folder of examples/, searchrl/rehearsal/warm_start.py); None: its
+# rehearsals start from R1-Searcher's.
+WARM_START: str | None = None
+# Its reward (formula router_r1) reads the answer and the routed costs: the project's formula has no parse of it.
+parse_solution = None
 # The four blocks its reward walks, by the original's names.
 TAGS = {name: (f"<{name}>", f"</{name}>") for name in (THINK, SEARCH, INFORMATION, ANSWER)}
 # What its postprocess_predictions refuses to route: the prompt's placeholder, in any case.
 PLACEHOLDERS = ("llm-name", "your-query")
 
 __all__ = [
+    "episode_problem",
+    "split_solution",
     "DOCUMENTS_CLOSE",
     "DOCUMENTS_OPEN",
     "SEARCH_CLOSE",

@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from searchrl.protocols import r1_searcher
+from searchrl.protocols.segments import split_solution as split_solution
 from searchrl.search.base import Passage
 
 THINK, SEARCH, INFORMATION, ANSWER = "think", "search", "information", "answer"
@@ -37,6 +38,13 @@ EPISODE_DEFAULTS: dict = {"max_observation_tokens": 500}
 EVAL_EPISODE: dict | None = {
     "top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500, "max_observation_tokens": 500,
 }  # fmt: skip
+# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and whether an LLM router's searches
+# (search.backend: router) can be written in it (a query that names a pool model).
+REWARD_FORMULAS: tuple[str, ...] = ("searchrl", "search_r1_em", "search_r1_em_format")
+ROUTES = False
+# The tiny policy's warm start that speaks it (a folder of examples/, searchrl/rehearsal/warm_start.py); None: its
+# rehearsals start from R1-Searcher's.
+WARM_START: str | None = "tiny_policy_search_r1"
 
 NAME = "search-r1"
 # Its instruction, as `make_prefix` in scripts/data_process/nq_search.py writes it for every model. Its trainer
@@ -251,6 +259,11 @@ class ParsedSolution:
     def blocks_balanced(self) -> bool:
         """Every search the policy opened it closed, and each brought one information block."""
         return self.own.count(SEARCH_OPEN) == self.num_searches == self.num_document_blocks
+
+
+def episode_problem(episode: Any) -> str | None:
+    """Its episodes take every setting the stage checks for all protocols."""
+    return None
 
 
 def parse_solution(text: str) -> ParsedSolution:

@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from searchrl.protocols import r1_searcher as r1
+from searchrl.protocols.segments import split_solution
 from searchrl.protocols.tool_families import FORMS, HERMES_JSON, RESPONSE_MARKERS, TOOL_TURNS, CallForm
 from searchrl.search.base import Passage
 
@@ -310,6 +311,9 @@ class ToolCallProtocol:
     EPISODE_DEFAULTS: ClassVar[dict] = {}
     # No paper of its own: R1-Searcher's evaluation settings, one query a call.
     EVAL_EPISODE: ClassVar[dict | None] = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
+    REWARD_FORMULAS: ClassVar[tuple[str, ...]] = ("searchrl",)
+    ROUTES: ClassVar[bool] = False
+    WARM_START: ClassVar[str | None] = None
 
     @property
     def SEARCH_CLOSE(self) -> str:  # noqa: N802 - the TagProtocol attribute every protocol spells so
@@ -347,6 +351,16 @@ class ToolCallProtocol:
 
     def policy_answer(self, solution: str) -> str | None:
         return parse_solution(solution).answer
+
+    def parse_solution(self, text: str) -> ParsedSolution:
+        """The solution as the reward reads it: every family's calls (the reward server holds no tokenizer)."""
+        return parse_solution(text)
+
+    def split_solution(self, query: str, prompt: str) -> str:
+        return split_solution(query, prompt)
+
+    def episode_problem(self, episode: Any) -> str | None:
+        return None
 
     def scored_answer(self, prompt: str, solution: str) -> str | None:
         return parse_solution(solution).answer

@@ -28,7 +28,7 @@ from searchrl.rehearsal.cpu_layer import with_rehearsal_code
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_name, rehearsal_index
 from searchrl.rehearsal.job import MARKER
 from searchrl.rehearsal.ray_head import RayHead
-from searchrl.routing.llm_router import RouterConfig
+from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.routing.loopback_pool import repoint, start_loopback
 from searchrl.routing.routed_recordings import by_price, route_trajectory
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, ModelConfig, stage_package
@@ -162,7 +162,7 @@ def episode_overrides(
     model_config = str(base["stage"].model)
     if (stand_in := stand_in_chat_model(model_config, stage_dir, base["stage"].protocol)) is not None:
         model = model_config = stand_in
-    router = base["stage"].search.router if base["stage"].search.backend == "router" else None
+    router = base["stage"].search.router if base["stage"].search.kind is LLMRouterBackend else None
     package = stage_package(base["stage"].stage)
     data, recordings = _prepare(
         stage_dir, stage, model_config, prompts, router, package, base["stage"].protocol, tuple(overrides)

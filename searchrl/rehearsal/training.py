@@ -36,6 +36,7 @@ from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.job.readiness import readiness
 from searchrl.paths import ROOT
 from searchrl.process import free_port, searchrl_command, start_command, stop
+from searchrl.protocols import get_protocol
 from searchrl.rehearsal.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
 from searchrl.rehearsal.episodes import stand_in_chat_model
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_prompts, rehearsal_index
@@ -384,7 +385,7 @@ def set_up(
     samples = next(o.value for o in cpu if o.flag == "rollout.n_samples_per_prompt")
     pool = prompt_pool(base["flags"])
     stage_cfg = base["stage"]
-    own_prompt = stage_cfg.prompt is not None or stage_cfg.protocol != "r1-searcher"
+    own_prompt = stage_cfg.prompt is not None or get_protocol(stage_cfg.protocol).PROMPT is not None
     data = prepare_prompts(
         stage,
         str(model or stage_cfg.model),

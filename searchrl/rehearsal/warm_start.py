@@ -30,6 +30,7 @@ from pathlib import Path
 
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS, EXAMPLES
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 from searchrl.rehearsal.inputs import passage_retriever, rehearsal_index
 from searchrl.search.encode.profiles import bundled_model_path
 from searchrl.stage.config import ModelConfig
@@ -54,12 +55,9 @@ class Speaker:
     shipped: Path
 
 
-SPEAKERS = {
-    "r1-searcher": Speaker("r1-searcher", SHIPPED),
-    "search-r1": Speaker("search-r1", EXAMPLES / "tiny_policy_search_r1"),
-}
-# The protocols whose stages start from R1-Searcher's warm start: their tags are not the tiny policy's.
-DEFAULT_SPEAKER = "r1-searcher"
+# Each protocol that names a warm start of its own; the others' stages start from R1-Searcher's.
+SPEAKERS = {name: Speaker(name, EXAMPLES / p.WARM_START) for name, p in PROTOCOLS.items() if p.WARM_START}
+DEFAULT_SPEAKER = DEFAULT_PROTOCOL
 
 
 def speaker(protocol: str) -> Speaker:

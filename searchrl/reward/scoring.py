@@ -7,20 +7,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from searchrl.metrics import all_metrics
-from searchrl.protocols import r1_searcher, tool_call
-from searchrl.protocols import search_r1 as search_r1_protocol
+from searchrl.protocols import get_protocol
 from searchrl.reward import search_r1
 from searchrl.reward.components import answer_score, format_valid, format_violated, search_well_formed
 from searchrl.reward.format_rules import ParsedSolution, context_from_metadata, find_violations
 from searchrl.reward.router_r1 import score_router_r1
 from searchrl.reward.spec import RewardSpec
 
-# How the project's own formula parses a solution in each protocol it reads (reward.protocol).
-SOLUTION_PARSERS: dict[str, Callable[[str], ParsedSolution]] = {
-    "r1-searcher": r1_searcher.parse_solution,
-    "search-r1": search_r1_protocol.parse_solution,
-    "tool-call": tool_call.parse_solution,
-}
+
+def solution_parser(protocol: str) -> Callable[[str], ParsedSolution]:
+    """How the project's own formula parses a solution in the protocol it reads (reward.protocol)."""
+    parse = get_protocol(protocol).parse_solution
+    if parse is None:  # the spec's check (protocols_of) refuses such a pairing before a score is asked
+        raise ValueError(f"reward.protocol {protocol}: formula searchrl has no parse of its solutions")
+    return parse
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def score_solution(
         return SampleScore(*score_router_r1(solution, golds, spec, metadata))
     if spec.search_r1:
         return score_search_r1(solution, golds, spec)
-    parsed = SOLUTION_PARSERS[spec.reads](solution.strip())
+    parsed = solution_parser(spec.reads)(solution.strip())
     violations = find_violations(
         parsed, context_from_metadata(metadata, spec.max_answer_words, spec.check_cjk, spec.role_leakage_scope)
     )

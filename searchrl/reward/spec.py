@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from searchrl.config import ConfigError, apply_override, load, parse_overrides, validate
-from searchrl.protocols import ProtocolName
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOLS, ProtocolName
 from searchrl.reward.format_rules import RULES
 
 # The format bonus covers every rule but the query/documents tag counts, which the search bonus
@@ -257,20 +257,14 @@ COMPONENT_OF_KEY = {
 SEARCH_R1_FORMULAS = ("search_r1_em", "search_r1_em_format")
 
 
-# The tag protocols each formula can read, its own first: Search-R1's formulas read its tags, which RAG-R1's protocol
-# shares (its reward is Search-R1's EM); Router-R1's reads R1-Searcher's spelling or the original's; the project's
-# own reads R1-Searcher's, Search-R1's or the native tool calls (its two stages in any of them, the same rules on
-# each one's parse).
-FORMULA_PROTOCOLS: dict[str, tuple[str, ...]] = {
-    "searchrl": ("r1-searcher", "search-r1", "tool-call"),
-    "router_r1": ("r1-searcher", "router-r1"),
-    "search_r1_em": ("search-r1", "rag-r1"),
-    "search_r1_em_format": ("search-r1", "rag-r1"),
-}
-
-
 def protocols_of(formula: str) -> tuple[str, ...]:
-    return FORMULA_PROTOCOLS.get(formula, ("r1-searcher",))
+    """The tag protocols a formula can read, in PROTOCOLS' order, so its own comes first: each protocol names the
+    formulas that read it (REWARD_FORMULAS). Search-R1's read its tags and RAG-R1's (whose reward is Search-R1's EM);
+    Router-R1's reads R1-Searcher's spelling or the original's; the project's own reads every protocol it can parse
+    (R1-Searcher's, Search-R1's, the native tool calls)."""
+    return tuple(name for name, protocol in PROTOCOLS.items() if formula in protocol.REWARD_FORMULAS) or (
+        DEFAULT_PROTOCOL,
+    )
 
 
 def protocol_of(formula: str) -> str:

@@ -20,7 +20,7 @@ from searchrl.http_transport import HttpRefusedError, HttpSession, RequestEncodi
 from searchrl.openai_client import ChatAnswer, OpenAIClient, key_from_env
 from searchrl.routing.gmtrouter.policy import GMTRouterPolicy, GMTRouterPolicyConfig
 from searchrl.routing.names import Naming, is_placeholder, pick, split_query
-from searchrl.search.base import Passage, SearchAuthError, SearchError
+from searchrl.search.base import BackendTraits, Passage, SearchAuthError, SearchError
 
 INSTRUCTION = "Answer the question briefly and factually, in a few sentences at most."
 UNROUTED = "router"  # the id of the passage a query naming no pool model gets
@@ -114,7 +114,7 @@ def auto_query(query: str) -> tuple[str | None, str]:
     return None, query.strip()
 
 
-class LLMRouterBackend:
+class LLMRouterBackend(BackendTraits):
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
         self.models = {m.name: m for m in config.models}
@@ -128,6 +128,24 @@ class LLMRouterBackend:
         self.policy: RoutingPolicy | None = None
         if config.policy is not None:
             self.policy = POLICIES[config.policy.kind].from_config(config.policy, pool=list(self.models))
+
+    routes_to_models = True
+
+    @classmethod
+    def open(cls, config: Any) -> LLMRouterBackend:
+        # The router keeps its options in a section of its own, as the web backend does.
+        if config.router is None:
+            raise ValueError("search.router: required for backend: router (the pool of models)")
+        return cls.from_config(config.router)
+
+    @classmethod
+    def secret_envs(cls, config: Any) -> list[str]:
+        return [m.api_key_env for m in config.router.models if m.api_key_env] if config.router is not None else []
+
+    @classmethod
+    def identity(cls, config: Any) -> dict[str, Any]:
+        models = [m.name for m in config.router.models] if config.router is not None else []
+        return {"backend": config.backend, "index": None, "options": {"models": models}}
 
     @classmethod
     def from_config(cls, config: RouterConfig) -> LLMRouterBackend:

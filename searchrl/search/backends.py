@@ -9,18 +9,18 @@ imported here too, so `from searchrl.search.backends import SearchConfig, open_b
 
 from __future__ import annotations
 
-from searchrl.search.base import SearchBackend
+from searchrl.search.base import BackendTraits, SearchBackend
 from searchrl.search.bm25 import BM25Backend
 from searchrl.search.http_client import HttpSearchBackend
 from searchrl.search.hybrid import HybridBackend
 from searchrl.search.local_faiss import LocalFaissBackend
 from searchrl.search.retrieve import RetrieveBackend
 from searchrl.search.settings import BACKEND_NAMES, SearchConfig
-from searchrl.search.web import WebSearchBackend, WebSearchConfig
+from searchrl.search.web import WebSearchBackend
 
 __all__ = ["BACKENDS", "SearchConfig", "open_backend"]
 
-BACKENDS: dict[str, type] = {
+BACKENDS: dict[str, type[BackendTraits]] = {
     "local": LocalFaissBackend,
     "bm25": BM25Backend,
     "hybrid": HybridBackend,
@@ -35,7 +35,4 @@ if tuple(BACKENDS) != BACKEND_NAMES:
 
 
 def open_backend(config: SearchConfig) -> SearchBackend:
-    # The web backend keeps its options in a section of its own; the others read the top level.
-    if config.backend == "web":
-        return WebSearchBackend.from_config(config.web or WebSearchConfig())
-    return BACKENDS[config.backend].from_config(config)
+    return BACKENDS[config.backend].open(config)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,64 @@ class SearchBackend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class BackendTraits:
+    """What the code around a backend asks of its kind before opening one: the secrets its processes need, what it
+    searches (so a resumed evaluation never mixes two), the servers a preflight probes and whether one free search
+    may check it before a run. A backend class inherits these answers (an in-process index: no secret, no server)
+    and overrides what differs, so no caller switches on a backend's name. `config` is the search config."""
+
+    # One search costs nothing and shows whether the service behind the backend answers.
+    probed_before_run: ClassVar[bool] = False
+    # A search answered by a model the query names (the LLM router): the protocol must be able to name one.
+    routes_to_models: ClassVar[bool] = False
+
+    @classmethod
+    def open(cls, config: Any) -> SearchBackend:
+        """The backend a search config names; a kind whose options sit in a section of their own reads it."""
+        return cls.from_config(config)  # type: ignore[attr-defined]
+
+    @classmethod
+    def secret_envs(cls, config: Any) -> list[str]:
+        """Environment variables the backend's processes read credentials from."""
+        return []
+
+    @classmethod
+    def identity(cls, config: Any) -> dict[str, Any]:
+        """What a search returns depends on: the backend, its index (as `index_identity` puts it) and options."""
+        return {"backend": config.backend, "index": None, "options": {}}
+
+    @classmethod
+    def health_probes(cls, config: Any) -> list[HealthProbe]:
+        """The servers behind the backend that answer `/health`, with a request that shows a token accepted."""
+        return []
+
+    @classmethod
+    def check_shared(cls, config: Any) -> None:
+        """Raise ValueError, naming the key and the fix, when the config cannot be opened in several processes at
+        once (a training job opens the backend in every vLLM engine)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthProbe:
+    url: str
+    token_env: str
+    path: str
+    payload: dict[str, Any]
+
+
+def index_identity(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The parts of an index manifest that decide what a search returns."""
+    if not manifest:
+        return None
+    corpus = manifest.get("corpus") or {}
+    return {
+        "model": manifest.get("model"),
+        "factory": manifest.get("factory"),
+        "passages": manifest.get("passages"),
+        "corpus_sha256": corpus.get("sha256"),
+    }
 
 
 def normalise_query(query: str) -> str:

@@ -18,11 +18,11 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from searchrl.search.base import Passage
+from searchrl.search.base import BackendTraits, Passage
 from searchrl.search.encode.encoder import passage_text
 from searchrl.search.index.layout import (
     BM25_DIR,
@@ -30,6 +30,7 @@ from searchrl.search.index.layout import (
     MANIFEST,
     STORE_DIR,
     IndexValidationError,
+    index_dir_identity,
     load_manifest,
     read_json,
     remove_durably,
@@ -103,7 +104,7 @@ def build_bm25(out: Path, checksum: str, flavour: str = "bm25s") -> dict:
     return info
 
 
-class BM25Backend:
+class BM25Backend(BackendTraits):
     """Lexical search over an index directory built with `--bm25`."""
 
     retriever = "bm25"
@@ -143,6 +144,10 @@ class BM25Backend:
         self.params = {**PARAMS, **{k: v for k, v in on_disk.items() if k in FLAVOURS["pyserini"]}}
         self.stemmer = _stemmer(self.params)
         self._lock = threading.Lock()
+
+    @classmethod
+    def identity(cls, config: Any) -> dict[str, Any]:
+        return {"backend": config.backend, "index": index_dir_identity(config.index_dir), "options": {}}
 
     @classmethod
     def from_config(cls, config: SearchConfig) -> BM25Backend:

@@ -13,7 +13,16 @@ from searchrl.http_transport import (
     RetryableError,
     RetryPolicy,
 )
-from searchrl.search.base import Passage, SearchAuthError, SearchBudgetError, SearchError, SearchRefusedError
+from searchrl.search.base import (
+    BackendTraits,
+    HealthProbe,
+    Passage,
+    SearchAuthError,
+    SearchBudgetError,
+    SearchError,
+    SearchRefusedError,
+    index_identity,
+)
 from searchrl.search.settings import DEFAULT_DEADLINE_S, SearchConfig
 
 
@@ -24,7 +33,20 @@ def _results(body: Any) -> list:
     return results
 
 
-class HttpSearchBackend:
+def served_manifest(urls: list[str], token: str | None = None) -> dict[str, Any] | None:
+    """The index manifest a retrieval server reports; a server with a token shows it only to a bearer of it."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    for url in urls:
+        try:
+            return httpx.get(url.rstrip("/") + "/health", headers=headers, timeout=5.0).json().get("manifest")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+    return None
+
+
+class HttpSearchBackend(BackendTraits):
     """At most `max_connections` searches in flight; the others wait their turn without their `timeout_s`
     running. 401/403 raise SearchAuthError and other 4xx SearchRefusedError at once; 5xx, 429 and connection
     trouble are retried with jittered backoff (Retry-After honoured), each try on the next server, until
@@ -59,6 +81,22 @@ class HttpSearchBackend:
         headers = {"Authorization": f"Bearer {token}"} if token else None
         # One pooled session for the backend's lifetime: a session per call would pay a TCP handshake each time.
         self._http = HttpSession(timeout_s=timeout_s, max_in_flight=max_connections, headers=headers)
+
+    # A retrieval server of this project: its /health shows the index it serves, and one search costs nothing.
+    probed_before_run = True
+
+    @classmethod
+    def secret_envs(cls, config: SearchConfig) -> list[str]:
+        return [config.token_env]
+
+    @classmethod
+    def identity(cls, config: SearchConfig) -> dict[str, Any]:
+        index = index_identity(served_manifest(config.urls, os.environ.get(config.token_env)))
+        return {"backend": config.backend, "index": index, "options": {}}
+
+    @classmethod
+    def health_probes(cls, config: SearchConfig) -> list[HealthProbe]:
+        return [HealthProbe(u, config.token_env, "/search", {"queries": [], "top_k": 0}) for u in config.urls]
 
     @classmethod
     def from_config(cls, config: SearchConfig) -> HttpSearchBackend:

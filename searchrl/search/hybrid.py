@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from searchrl.search.base import Passage
+from searchrl.search.base import BackendTraits, Passage
 from searchrl.search.bm25 import BM25Backend
+from searchrl.search.index.layout import index_dir_identity
 from searchrl.search.index_settings import HybridConfig
 from searchrl.search.local_faiss import LocalFaissBackend
 
@@ -46,7 +47,7 @@ def rrf_fuse(
     return fused
 
 
-class HybridBackend:
+class HybridBackend(BackendTraits):
     """Dense (the directory's index type) + BM25 over one index directory, one store, fused by RRF."""
 
     retriever = "hybrid"
@@ -62,6 +63,11 @@ class HybridBackend:
         settings = hashlib.sha256(self.config.model_dump_json().encode()).hexdigest()[:8]
         self.version = f"{dense.version}-hybrid-{settings}"
         self.store = dense.store
+
+    @classmethod
+    def identity(cls, config: Any) -> dict[str, Any]:
+        options = {"nprobe": config.nprobe, "hybrid": config.hybrid.model_dump()}
+        return {"backend": config.backend, "index": index_dir_identity(config.index_dir), "options": options}
 
     @classmethod
     def from_config(cls, config: SearchConfig) -> HybridBackend:

@@ -9,17 +9,17 @@ import json
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from searchrl.search.base import Passage
+from searchrl.search.base import BackendTraits, Passage
 from searchrl.search.encode.encoder import Encoder
 from searchrl.search.encode.profiles import PROFILES
 from searchrl.search.index import cpu_threads
 from searchrl.search.index.faiss_import import faiss
 from searchrl.search.index.faiss_index import gpu_count, set_search_params
-from searchrl.search.index.index_types import VectorIndex
+from searchrl.search.index.index_types import VectorIndex, kind_of
 from searchrl.search.index.layout import (
     EMBED_DIR,
     EMBED_INFO,
@@ -28,6 +28,7 @@ from searchrl.search.index.layout import (
     STORE_DIR,
     IndexValidationError,
     check_record,
+    index_dir_identity,
     load_manifest,
 )
 from searchrl.search.index.rerank_index import RerankIndex
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class LocalFaissBackend:
+class LocalFaissBackend(BackendTraits):
     retriever = "dense"
 
     def __init__(
@@ -115,6 +116,11 @@ class LocalFaissBackend:
         self._lock = threading.Lock()
 
     @classmethod
+    def identity(cls, config: Any) -> dict[str, Any]:
+        index = index_dir_identity(config.index_dir)
+        return {"backend": config.backend, "index": index, "options": {"nprobe": config.nprobe}}
+
+    @classmethod
     def from_config(cls, config: SearchConfig) -> LocalFaissBackend:
         if config.index_dir is None:
             raise ValueError("index_dir: required for the local backend")
@@ -132,14 +138,15 @@ class LocalFaissBackend:
     def _load(
         self, device: str, devices: list[str] | None, nprobe: int | None, ef_search: int | None, rerank_depth: int
     ) -> VectorIndex | faiss.Index:
-        if self.index_type == "faiss":
+        kind = kind_of(self.index_type)
+        if not kind.reads_shards:
             index = self._load_faiss()
             if device == "cuda" and gpu_count() > 0:
                 index = self._to_gpus(index)
             set_search_params(index, nprobe, ef_search, self.on_gpu)
             return index
         shards = self._load_shards()
-        if self.index_type == "compact":
+        if kind.reranks:
             index = self._load_faiss()
             set_search_params(index, nprobe, ef_search, on_gpu=False)
             return RerankIndex(index, shards, rerank_depth)

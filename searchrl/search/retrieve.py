@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from searchrl.search.base import Passage, unquoted
+from searchrl.search.base import HealthProbe, Passage, unquoted
 from searchrl.search.http_client import HttpSearchBackend
 
 
@@ -29,6 +29,14 @@ def passage(hit: dict[str, Any]) -> Passage:
 
 class RetrieveBackend(HttpSearchBackend):
     PATH = "/retrieve"
+
+    @classmethod
+    def identity(cls, config: Any) -> dict[str, Any]:
+        return {"backend": config.backend, "index": None, "options": {"urls": list(config.urls)}}
+
+    @classmethod
+    def health_probes(cls, config: Any) -> list[HealthProbe]:
+        return []  # the /retrieve contract has no /health; a run's probe search checks it instead
 
     def payload(self, queries: list[str], top_k: int) -> dict[str, Any]:
         return {"queries": queries, "topk": top_k, "return_scores": True}

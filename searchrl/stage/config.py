@@ -15,12 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, m
 
 from searchrl.config import ConfigError, load
 from searchrl.paths import CONFIGS, ROOT
-from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, ProtocolName, get_protocol
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, PROTOCOLS, ProtocolName, get_protocol
 from searchrl.reward.spec import RewardSpec, protocols_of
 from searchrl.stage.algorithms import ALGORITHMS
 from searchrl.stage.prompt import StagePrompt
 from searchrl.stage.schedules import FORCED, SCHEDULES
-from searchrl.stage.search import StageSearchConfig
+from searchrl.stage.search import SEARCH_KINDS, StageSearchConfig
 
 # The resolved stage config for the agent in every vLLM engine process: inline JSON (what a Ray
 # submit sets, since env_vars reach every worker) or, for local runs, the path of a JSON file.
@@ -239,25 +239,21 @@ def protocol_episode(data: dict[str, Any]) -> dict[str, Any]:
 
 def episode_problem(protocol: str, episode: EpisodeConfig, backend: str = "http") -> str | None:
     """Why an episode's settings (and its search backend) do not fit a tag protocol; None when they do."""
-    if protocol == "r1-searcher" and episode.max_turns is not None:
-        return "episode.max_turns: Search-R1's turn limit; R1-Searcher's episodes use max_searches"
-    if episode.max_turns is None and get_protocol(protocol).INVALID_ACTION is not None:
+    speaks = get_protocol(protocol)
+    if episode.max_turns is None and speaks.INVALID_ACTION is not None:
         # Its episode goes on after a turn that neither searches nor answers: only a turn limit ends such a loop.
         return f"episode.max_turns: protocol {protocol} goes on after an invalid turn; set a turn limit (Search-R1: 2)"
-    if episode.max_queries_per_block > 1 and not get_protocol(protocol).MULTI_QUERY:
+    if episode.max_queries_per_block > 1 and not speaks.MULTI_QUERY:
+        several = " or ".join(name for name, p in PROTOCOLS.items() if p.MULTI_QUERY)
         return (
             f"episode.max_queries_per_block: protocol {protocol} takes one query a search; set it to 1, or speak "
-            "rag-r1 (RAG-R1's several queries in <search>) or r1-searcher"
+            f"{several} (several queries a search)"
         )
-    if protocol == "rag-r1" and episode.max_queries_per_block == 1:
-        return (
-            "episode.max_queries_per_block: RAG-R1's protocol sends several queries a search (its prompt: 3); set it, "
-            "or speak search-r1 for one query a search"
-        )
-    if backend == "router" and protocol not in ("router-r1", "r1-searcher"):
-        return (
-            f"search.backend router: LLM routing speaks Router-R1's tags (router-r1) or R1-Searcher's, not {protocol}"
-        )
+    if (own := speaks.episode_problem(episode)) is not None:
+        return own
+    if SEARCH_KINDS[backend].routes_to_models and not speaks.ROUTES:
+        routes = " or ".join(name for name, p in PROTOCOLS.items() if p.ROUTES)
+        return f"search.backend {backend}: LLM routing speaks the tags of {routes}, not {protocol}"
     return None
 
 

@@ -8,25 +8,24 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from searchrl.routing.llm_router import RouterConfig
+from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
+from searchrl.search.backends import BACKENDS
+from searchrl.search.base import BackendTraits
 from searchrl.search.settings import BACKEND_NAMES, SearchConfig
+
+# What a stage's search step may open: the search backends and the LLM router, by the name `search.backend` gives.
+SEARCH_KINDS: dict[str, type[BackendTraits]] = {**BACKENDS, "router": LLMRouterBackend}
 
 
 class StageSearchConfig(SearchConfig):
     backend: Literal[(*BACKEND_NAMES, "router")] = "http"  # type: ignore[assignment,valid-type]
     router: RouterConfig | None = Field(default=None, description="the LLM pool, for backend: router")
 
+    @property
+    def kind(self) -> type[BackendTraits]:
+        return SEARCH_KINDS[self.backend]
+
     @model_validator(mode="after")
-    def _one_meter_for_the_run(self) -> StageSearchConfig:
-        """A training job opens the web backend in every vLLM engine process: a limit counted in each would let the
-        run spend it once per engine. With a limit set, the processes must share one meter, on a local disk."""
-        web = self.web
-        if self.backend != "web" or web is None or (web.max_queries is None and web.max_usd is None):
-            return self
-        limit = "max_queries" if web.max_queries is not None else "max_usd"
-        if web.budget_path is None or not web.budget_path.is_absolute():
-            raise ValueError(
-                f"web.{limit}: a run's engines each open the web backend; set web.budget_path to an absolute path "
-                "on the node's local disk (e.g. /tmp/searchrl/web_budget.sqlite) so they share one meter"
-            )
+    def _opens_in_every_engine(self) -> StageSearchConfig:
+        self.kind.check_shared(self)
         return self

@@ -30,7 +30,7 @@ from searchrl.search.encode.encoder import Encoder, passage_text
 from searchrl.search.encode.onnx_encoder import BACKENDS
 from searchrl.search.encode.profiles import DEFAULT_MODEL, PRODUCTION_MODEL, PROFILES, profile_for
 from searchrl.search.index.corpus import FORMATS, CorpusReport, Record, TooManyBadLines, file_sha256, read_corpus
-from searchrl.search.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
+from searchrl.search.index.index_types import INDEX_TYPES, default_factory, kind_of
 from searchrl.search.index.layout import (
     BM25_DIR,
     EMBED_DIR,
@@ -368,7 +368,7 @@ def settle_index(
     index = faiss.read_index(str(out / INDEX_FILE))
     vectors, source = queries()
     target = recall.GENERATED_TARGET if source == recall.ROW_QUERIES else recall.TARGET
-    tuning = recall.measure(index, EmbeddingShards(shards), index_type == "compact", vectors, source, target)
+    tuning = recall.measure(index, EmbeddingShards(shards), kind_of(index_type).reranks, vectors, source, target)
     record = tuning.record()
     shown = ", ".join(f"{k} {v}" for k, v in tuning.params.items()) or "no search parameter"
     if tuning.reached:
@@ -379,7 +379,7 @@ def settle_index(
         log.warning("%s keeps %.4f of the exact top-10 at best (%s), below %.2f: kept, as --accept-recall %s allows",
                     factory, tuning.recall, shown, tuning.target, accept_recall)  # fmt: skip
         return index_type, factory, {**record, "outcome": f"accepted (--accept-recall {accept_recall})"}, tuning.params
-    kept = ("exact", None) if index_type == "compact" else ("faiss", "Flat")
+    kept = kind_of(index_type).exact_fallback
     log.warning(
         "%s keeps %.4f of the exact top-10 at best (%s), below %.2f: keeping an exact index (%s); --accept-recall R "
         "keeps the approximate one", factory, tuning.recall, shown, tuning.target, kept[1] or kept[0]
@@ -392,9 +392,10 @@ def compact_or_exact(index_type: str, factory: str | None, n: int, dimension: in
     """A small corpus's compact index is the exact type: below the size where exact costs no more memory."""
     from searchrl.search.index import recall
 
-    if index_type == "compact" and factory is not None and recall.compact_is_exact(n, dimension, factory):
+    kind = kind_of(index_type)
+    if kind.reranks and factory is not None and recall.compact_is_exact(n, dimension, factory):
         log.info("compact at %d passages is the exact type: it costs no more memory than %s would", n, factory)
-        return "exact", None, True
+        return *kind.exact_fallback, True
     return index_type, factory, False
 
 
@@ -515,8 +516,8 @@ class _SettledIndex(NamedTuple):
 def _check_build_options(index_type: str, factory: str | None, accept_recall: float | None) -> None:
     if index_type not in INDEX_TYPES:
         raise BuildError(f"index_type: {index_type!r} unknown; known: {list(INDEX_TYPES)}")
-    if index_type == "exact" and factory is not None:
-        raise BuildError("factory: the exact index type has no FAISS index; leave --factory out")
+    if not kind_of(index_type).has_factory and factory is not None:
+        raise BuildError(f"factory: the {index_type} index type has no FAISS index; leave --factory out")
     if accept_recall is not None and not 0 < accept_recall <= 1:
         raise BuildError(f"accept_recall: {accept_recall} is not a share of the top-10; give a value in (0, 1]")
 
@@ -588,7 +589,7 @@ def _files_record(index: _SettledIndex, shard_size: int, shards: list[Path], bm2
         "shard_size": shard_size,
         "shards": len(shards),
         "embedding_dtype": "float16",
-        "embeddings_required": index.index_type in SHARD_TYPES,
+        "embeddings_required": kind_of(index.index_type).reads_shards,
         "bm25": BM25_DIR if bm25_info else None,
     }
 

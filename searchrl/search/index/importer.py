@@ -46,7 +46,7 @@ from searchrl.search.index.build import (
     settle_index,
 )
 from searchrl.search.index.corpus import CorpusReport, Record, TooManyBadLines, file_sha256, json_rows, numbered_lines
-from searchrl.search.index.index_types import INDEX_TYPES, SHARD_TYPES, default_factory
+from searchrl.search.index.index_types import INDEX_TYPES, default_factory, kind_of
 from searchrl.search.index.layout import (
     EMBED_DIR,
     EMBED_INFO,
@@ -246,7 +246,7 @@ def import_index(
         {"corpus_sha256": checksum, "format": layout, "passages": count, "lines": report.lines,
          "bad_lines": report.bad, "bad_examples": [{"line": n, "reason": r} for n, r in report.examples]},
     )  # fmt: skip
-    if index_type == "faiss":
+    if not kind_of(index_type).reads_shards:
         served = _serve_as_imported(index, faiss_file, out, checksum)
     else:
         record = {"corpus_sha256": checksum, "model": model, "profile": profile_name, "max_seq_length": max_seq_length,
@@ -415,7 +415,7 @@ def _files_record(served: _Served, shard_size: int) -> dict:
         "shard_size": shard_size if shards else None,
         "shards": len(shards),
         "embedding_dtype": "float16" if shards else None,
-        "embeddings_required": served.index_type in SHARD_TYPES,
+        "embeddings_required": kind_of(served.index_type).reads_shards,
         "bm25": None,
     }
 

@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-INDEX_TYPES: tuple[str, ...] = ("faiss", "compact", "exact")
-# Types that read the embedding shards at search time: the shards must stay beside the index.
-SHARD_TYPES = frozenset({"compact", "exact"})
 COMPACT_NLIST = 4096
 # FAISS's k-means wants 39 training points per centroid; a PQ sub-quantizer of b bits has 2**b centroids.
 MIN_POINTS_PER_CENTROID = 39
@@ -48,14 +47,47 @@ def compact_factory(dimension: int, n_vectors: int) -> str:
     return f"IVF{COMPACT_NLIST},PQ{m}" if bits == 8 else f"IVF{COMPACT_NLIST},PQ{m}x{bits}"
 
 
-def default_factory(index_type: str, dimension: int, n_vectors: int) -> str | None:
-    if index_type == "faiss":
-        return "Flat"
-    if index_type == "compact":
-        return compact_factory(dimension, n_vectors)
-    if index_type == "exact":
-        return None
-    raise ValueError(f"index type {index_type!r} unknown; known: {list(INDEX_TYPES)}")
+@dataclass(frozen=True)
+class IndexType:
+    """What the code around an index asks of its type, so that none of it switches on a type's name."""
+
+    name: str
+    # Takes a FAISS factory string (and holds a FAISS index); `exact` has none.
+    has_factory: bool
+    # Reads the embedding shards at search time: they must stay beside the index.
+    reads_shards: bool
+    # Re-scores a FAISS index's candidates exactly from the shards (`compact`).
+    reranks: bool
+    # The exact (type, factory) kept when no search setting of an approximate index reaches the recall target.
+    exact_fallback: tuple[str, str | None]
+    # The factory a build uses when none is given, from (dimension, vectors).
+    default: Callable[[int, int], str | None]
+
+    def approximate(self, factory: str | None) -> bool:
+        """Whether it can miss part of the exact top-10: re-scored candidates always can; a FAISS factory other than
+        Flat can; exact inner product cannot."""
+        if not self.has_factory:
+            return False
+        return self.reranks or (factory is not None and factory != "Flat")
+
+
+KINDS: dict[str, IndexType] = {
+    "faiss": IndexType("faiss", True, False, False, ("faiss", "Flat"), lambda dimension, n: "Flat"),
+    "compact": IndexType("compact", True, True, True, ("exact", None), compact_factory),
+    "exact": IndexType("exact", False, True, False, ("exact", None), lambda dimension, n: None),
+}
+INDEX_TYPES: tuple[str, ...] = tuple(KINDS)
+
+
+def kind_of(name: str) -> IndexType:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"index type {name!r} unknown; known: {list(INDEX_TYPES)}") from None
+
+
+def default_factory(name: str, dimension: int, n_vectors: int) -> str | None:
+    return kind_of(name).default(dimension, n_vectors)
 
 
 def top_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

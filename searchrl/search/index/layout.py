@@ -13,6 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from searchrl.search.base import index_identity
 from searchrl.search.index.index_types import INDEX_TYPES
 
 MANIFEST = "manifest.json"
@@ -97,3 +98,8 @@ def check_record(index_dir: Path, name: str, manifest: dict) -> None:
             f"{index_dir / name} records corpus {str(found)[:12]}, the manifest "
             f"{str(want)[:12]}: a rebuild of this directory did not finish; re-run it"
         )
+
+
+def index_dir_identity(index_dir: Path | str | None) -> dict | None:
+    """`index_identity` of the manifest in `index_dir`, None when there is none to read."""
+    return index_identity(read_json(Path(index_dir) / MANIFEST)) if index_dir else None

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from searchrl.search.index.faiss_import import faiss
+from searchrl.search.index.index_types import kind_of
 from searchrl.search.index.shards import EmbeddingShards
 from searchrl.search.index.torch_exact import ShardedExactIndex
 from searchrl.search.index_settings import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, DEFAULT_RERANK_DEPTH
@@ -71,8 +72,8 @@ class Tuning:
 
 
 def approximate(index_type: str, factory: str | None) -> bool:
-    """Whether the index can miss part of the exact top-10: a compact index, or a FAISS factory other than Flat."""
-    return index_type == "compact" or (index_type == "faiss" and factory is not None and factory != "Flat")
+    """Whether the index can miss part of the exact top-10 (`IndexType.approximate`)."""
+    return kind_of(index_type).approximate(factory)
 
 
 def compact_bytes(n: int, dimension: int, code_bytes: float, nlist: int, bits: int) -> float:

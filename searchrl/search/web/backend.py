@@ -18,7 +18,7 @@ from searchrl.http_transport import (
     with_retries,
 )
 from searchrl.openai_client import key_from_env
-from searchrl.search.base import Passage, normalise_query
+from searchrl.search.base import BackendTraits, Passage, normalise_query
 from searchrl.search.web.brave import BraveProvider
 from searchrl.search.web.budget import WebBudget
 from searchrl.search.web.cache import WebCache, cache_key
@@ -57,7 +57,14 @@ class _Malformed(RetryableError):
     """A body that is not the provider's documented JSON; retried, then reported as MalformedResponseError."""
 
 
-class WebSearchBackend:
+def web_options(web: WebSearchConfig | None) -> dict[str, Any]:
+    """The web options that change what a search returns."""
+    if web is None:
+        return {}
+    return {"provider": web.provider, "site": web.site, "fetch_pages": web.fetch_pages, "summarize": web.summarize}
+
+
+class WebSearchBackend(BackendTraits):
     def __init__(
         self,
         provider: Provider,
@@ -113,6 +120,34 @@ class WebSearchBackend:
             follow_redirects=False,
             limits=httpx.Limits(max_keepalive_connections=0),
         )
+
+    @classmethod
+    def open(cls, config: Any) -> WebSearchBackend:
+        return cls.from_config(config.web or WebSearchConfig())
+
+    @classmethod
+    def secret_envs(cls, config: Any) -> list[str]:
+        web = config.web or WebSearchConfig()
+        names = [web.api_key_env or PROVIDERS[web.provider].key_env or ""]
+        return [*names, web.summarizer_api_key_env] if web.summarize else names
+
+    @classmethod
+    def identity(cls, config: Any) -> dict[str, Any]:
+        return {"backend": config.backend, "index": None, "options": web_options(config.web)}
+
+    @classmethod
+    def check_shared(cls, config: Any) -> None:
+        """A training job opens the web backend in every vLLM engine process: a limit counted in each would let the
+        run spend it once per engine. With a limit set, the processes must share one meter, on a local disk."""
+        web = config.web
+        if web is None or (web.max_queries is None and web.max_usd is None):
+            return
+        limit = "max_queries" if web.max_queries is not None else "max_usd"
+        if web.budget_path is None or not web.budget_path.is_absolute():
+            raise ValueError(
+                f"web.{limit}: a run's engines each open the web backend; set web.budget_path to an absolute path "
+                "on the node's local disk (e.g. /tmp/searchrl/web_budget.sqlite) so they share one meter"
+            )
 
     @classmethod
     def from_config(cls, config: WebSearchConfig) -> WebSearchBackend:
