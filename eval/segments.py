@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from searchrl.protocols import r1_searcher
+from searchrl.protocols import DEFAULT_PROTOCOL, get_protocol
+
+DEFAULT = get_protocol(DEFAULT_PROTOCOL)
 
 # Fields in which endpoints report the stop string that ended generation (vLLM, SGLang).
 STOP_FIELDS = ("stop_reason", "matched_stop")
@@ -28,8 +30,8 @@ def stopped_on(choice: Mapping[str, Any]) -> tuple[bool, Any]:
 
 def segment_text(
     choice: Mapping[str, Any],
-    stops: Sequence[str] = (r1_searcher.SEARCH_CLOSE,),
-    opens: Mapping[str, str] = r1_searcher.STOP_OPENS,
+    stops: Sequence[str] = (DEFAULT.SEARCH_CLOSE,),
+    opens: Mapping[str, str] = DEFAULT.STOP_OPENS,
 ) -> tuple[str, str]:
     """The segment's text, closed with one of `stops` when it stopped on one, and its finish reason, `"stop"` or
     `"length"`. `opens`: each stop and the tag that opens what it closes (the protocol's STOP_OPENS)."""

@@ -23,7 +23,7 @@ from searchrl.config import ConfigError, load
 from searchrl.hub import HubError, load_dataset_rows
 from searchrl.jsonl import RecordError, read_jsonl
 from searchrl.metrics import EmptyGoldError, as_golds, best_over_golds, normalize_answer
-from searchrl.protocols import r1_searcher
+from searchrl.protocols import DEFAULT_PROTOCOL, get_protocol
 from searchrl.qa_data.eval_sets import EVAL_SETS, eval_set_path
 from searchrl.qa_data.verl_rows import is_verl_row, verl_question
 from searchrl.stage.config import STAGES, ModelConfig, StageConfig, resolve_model_path
@@ -132,7 +132,7 @@ def prompt_model(
         if overrides:
             raise ConfigError(f"{' '.join(overrides)}: overrides of a stage config; give the stage with --config")
         path = model_file or DEFAULT_MODEL
-        return load(ModelConfig, path), path, r1_searcher.PROMPT_END
+        return load(ModelConfig, path), path, get_protocol(DEFAULT_PROTOCOL).PROMPT_END
     stage = load(StageConfig, config, overrides)
     path = model_file or str(resolve_model_path(config, stage.model))
     try:

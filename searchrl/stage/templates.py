@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from searchrl.config import ConfigError
 from searchrl.hub import load_tokenizer as load_hub_tokenizer
-from searchrl.protocols import get_protocol, r1_searcher
+from searchrl.protocols import DEFAULT_PROTOCOL, get_protocol
 from searchrl.stage.config import ModelConfig, StageConfig
 from searchrl.stage.prompt import pool_listing
 
@@ -22,7 +22,7 @@ def render_prompt(
     model: ModelConfig,
     question: str,
     tokenizer: ChatTokenizer | None = None,
-    prompt_end: str | None = r1_searcher.PROMPT_END,
+    prompt_end: str | None = get_protocol(DEFAULT_PROTOCOL).PROMPT_END,
 ) -> str:
     """The full prompt for one question; it ends with `prompt_end` (R1-Searcher's `<think>`, which the model
     closes; None for a protocol whose policy opens its own, as Search-R1's).
