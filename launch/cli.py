@@ -28,6 +28,9 @@ COMMANDS: dict[str, Command] = {
     ),
     "search serve": Command("search_backend.serve.app", "main", "serve an index over HTTP (the retrieval server)"),
     "search query": Command("search_backend.search", "main", "search an index from the shell, one-shot"),
+    "search mcp": Command(
+        "search_backend.mcp_server", "main", "any search backend as an MCP server's search tool (stdio or HTTP)"
+    ),
     "reward serve": Command("reward_server.__main__", "main", "serve a stage's reward over HTTP (the reward server)"),
     "reward score": Command("reward_server.offline", "main", "score logged rollouts offline with a reward spec"),
     "data prepare stage1": Command("stage1_format.prepare_data", "main", "stage 1 prompts, bucketed and mixed"),
@@ -81,7 +84,7 @@ COMMANDS: dict[str, Command] = {
 
 GROUPS: dict[str, str] = {
     "index": "build or import search indexes",
-    "search": "serve and query an index",
+    "search": "serve and query an index (over HTTP or as an MCP tool)",
     "reward": "serve and compute rewards",
     "data": "prepare training data",
     "data prepare": "write a stage's prompt dataset for OpenRLHF",

@@ -14,6 +14,7 @@ from searchrl.search.bm25 import BM25Backend
 from searchrl.search.http_client import HttpSearchBackend
 from searchrl.search.hybrid import HybridBackend
 from searchrl.search.local_faiss import LocalFaissBackend
+from searchrl.search.mcp_backend import McpSearchBackend
 from searchrl.search.retrieve import RetrieveBackend
 from searchrl.search.settings import BACKEND_NAMES, SearchConfig
 from searchrl.search.web import WebSearchBackend
@@ -27,6 +28,7 @@ BACKENDS: dict[str, type[BackendTraits]] = {
     "http": HttpSearchBackend,
     "retrieve": RetrieveBackend,
     "web": WebSearchBackend,
+    "mcp": McpSearchBackend,
 }
 if tuple(BACKENDS) != BACKEND_NAMES:
     raise ImportError(

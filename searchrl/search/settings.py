@@ -1,5 +1,6 @@
 """`SearchConfig`, the stage config's `search:` section as a pydantic schema: which backend, the index settings
-(`searchrl.search.index_settings`), the HTTP client's servers, timeouts and retries, and the web-search section.
+(`searchrl.search.index_settings`), the HTTP client's servers, timeouts and retries, and the web-search and MCP
+sections.
 
 A schema only, below every backend: the backends read it, and `searchrl.search.backends.open_backend` builds the
 backend it names.
@@ -12,6 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from searchrl.search.index_settings import IndexSettings
+from searchrl.search.mcp_settings import McpConfig
 from searchrl.search.web_settings import WebSearchConfig
 
 # As long as the reward client's: the deadline counts the wait for one of the client's slots, which at a rollout
@@ -25,7 +27,7 @@ DEFAULT_DEADLINE_S = 300.0
 # and searchrl.search.backends.BACKENDS (which maps each to its class) are read from. The first three search an
 # index directory; a stage adds "router" (searchrl/stage/search.py).
 INDEX_BACKENDS = ("local", "bm25", "hybrid")
-BACKEND_NAMES = (*INDEX_BACKENDS, "http", "retrieve", "web")
+BACKEND_NAMES = (*INDEX_BACKENDS, "http", "retrieve", "web", "mcp")
 IndexBackend = Literal[INDEX_BACKENDS]  # type: ignore[valid-type]
 BackendName = Literal[BACKEND_NAMES]  # type: ignore[valid-type]
 
@@ -46,6 +48,7 @@ class SearchConfig(IndexSettings):
     backoff_max_s: float = Field(default=8.0, ge=0)
     token_env: str = "SEARCHRL_SEARCH_TOKEN"
     web: WebSearchConfig | None = Field(default=None, description="the web-search settings, for backend: web")
+    mcp: McpConfig | None = Field(default=None, description="the MCP server and its search tool, for backend: mcp")
 
     @field_validator("urls", mode="before")
     @classmethod
