@@ -49,14 +49,12 @@ def machine(m: Any) -> str:
     if "gpus" in m:
         parts.append(f"{len(m['gpus'])} GPUs" if m["gpus"] else "no GPU")
     parts += [f"{k} {m[k]}" for k in ("torch", "faiss") if k in m]
-    if "platform" in m:
-        parts.append(m["platform"])
-    return ", ".join(parts)
+    return ", ".join(parts)  # the platform string stays in the JSON
 
 
 def source(name: str, data: dict[str, Any], what: str = "") -> str:
     date = data.get("date") or "undated (the JSON records no date)"
-    return f"*`benchmarks/results/{name}.json`, {date}, {machine(data.get('machine', 'machine not recorded'))}.{what}*"
+    return f"*`{name}.json`, {date}, {machine(data.get('machine', 'machine not recorded'))}.{what}*"
 
 
 def num(x: float | None, digits: int = 1) -> str:
@@ -83,45 +81,34 @@ def encode() -> str:
         f"{d['model']}, {dev['device']}, batch {dev['batch_size']}, {rounds} rounds alternating which runs first",
     )
     builders = dev.get("builders") or {
-        dev.get("builder_backend", "torch"): {"passages_per_s": dev["builder_passages_per_s"]}
+        dev.get("builder_backend", "torch"): {
+            "passages_per_s": dev["builder_passages_per_s"],
+            "median_ratio_to_raw": dev["median_ratio"],
+        }
     }
+
+    def median(r: list[float]) -> str:
+        return num(sorted(r)[len(r) // 2])
+
     rows = [
-        ("raw `SentenceTransformer.encode(texts)`", dev["raw_passages_per_s"]),
+        ("raw `SentenceTransformer.encode(texts)`", median(dev["raw_passages_per_s"]), "-"),
         *(
-            (f"builder, {name} encoder (store to fp16 shards, model load excluded)", b["passages_per_s"])
+            (
+                f"builder, {name} encoder (to fp16 shards, model load excluded)",
+                median(b["passages_per_s"]),
+                f"**{num(b['median_ratio_to_raw'], 2)}**",
+            )
             for name, b in builders.items()
         ),
         (
             f"previous builder's way ({dev['batch_size']} passages per call, corpus order)",
-            dev["unsorted_per_batch_passages_per_s"],
+            median(dev["unsorted_per_batch_passages_per_s"]),
+            f"{num(dev['unsorted_ratio_of_medians'], 2)} (ratio of medians)",
         ),
     ]
-    body = table(
-        ["", "passages/s per round", "median"],
-        [(label, ", ".join(num(v) for v in r), num(sorted(r)[len(r) // 2])) for label, r in rows],
-    )
-    by_backend = table(
-        ["builder's encoder", "median builder / raw", f"median builder / {next(iter(builders))} builder"],
-        [
-            (name, num(b["median_ratio_to_raw"], 2), num(b["median_ratio_to_first"], 2))
-            for name, b in builders.items()
-            if "median_ratio_to_raw" in b
-        ],
-    )
-    ratios = table(
-        ["builder / raw per round", "median ratio", "ratio of medians", "previous way / raw, ratio of medians"],
-        [
-            (
-                ", ".join(num(r, 2) for r in dev["ratio_per_round"]),
-                f"**{num(dev['median_ratio'], 2)}**",
-                num(dev["ratio_of_medians"], 2),
-                num(dev["unsorted_ratio_of_medians"], 2),
-            )
-        ],
-    )
-    padding = table(["tokens computed for the slice", "count"], [(k, f"{v:,}") for k, v in pad.items()])
-    parts = [head, body, ratios] + ([by_backend] if len(builders) > 1 else []) + [padding]
-    return "\n\n".join(parts)
+    body = table(["", "median passages/s", "/ raw, median of the rounds' ratios"], rows)
+    padding = "Tokens computed for the slice: " + "; ".join(f"{k} {v:,}" for k, v in pad.items()) + "."
+    return "\n\n".join([head, body, padding])
 
 
 def scale() -> str:
@@ -221,7 +208,6 @@ def scale_kiltmini() -> str:
             t["type"],
             t["factory"] or "-",
             f"{t['resident_bytes_per_vector']:,.0f}",
-            num(t["resident_vs_flat"], 4),
             f"{t['shard_rows_read_per_query']:,}",
             num(t["one_recall_at_10_vs_flat"], 4),
             f"{t['queries_per_s_batch64']:,.0f}",
@@ -233,7 +219,6 @@ def scale_kiltmini() -> str:
             "type",
             "factory",
             "resident bytes/vector",
-            "vs Flat",
             "shard rows read per query",
             "1-recall@10 vs Flat",
             "q/s",
@@ -283,7 +268,6 @@ def retrieval() -> str:
             t["factory"],
             t["effective_factory"],
             f"{t['marginal_bytes_per_vector']:,.0f} ({t['bytes_per_vector']:,.0f})",
-            num(t["memory_vs_flat"], 3),
             f"{t['build_seconds']:.2f} ({t['train_seconds']:.2f} + {t['add_seconds']:.2f})",
             num(t["one_recall_at_10_vs_flat"], 3),
             num(t["r1_top1_recall"]["@5"], 3),
@@ -296,7 +280,6 @@ def retrieval() -> str:
             "factory",
             "effective",
             "bytes/vector marginal (serialized)",
-            "memory vs Flat",
             "build s (train + add)",
             "1-recall@10 vs Flat",
             "R1 top-1 recall@5",
@@ -358,68 +341,61 @@ def _paired(rounds: dict[str, list[float]], ours: str, theirs: str | None) -> st
     return num(ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2, 2)
 
 
-def _server_rates(name: str, s: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The header, the rates and the CPU-per-request tables of a side-by-side server run, and the server names."""
+PEERS = ("Search-R1", "R1-Searcher")
+
+
+def _server_rates(name: str, s: dict[str, Any], peers: bool = True) -> tuple[list[str], list[str]]:
+    """The header and the rates (CPU per request beside each) of a side-by-side server run, and the server names;
+    `peers=False` leaves out the peers' rows (a run whose project rows a later run supersedes)."""
     held = s["held_out"]
     head = source(
         name,
         s,
-        f" {s['passages']} held-out passages (lines {held['offset']} on of `{held['corpus']}`), flat index, "
-        f"{s['queries']:,} distinct real queries, one per request, top {s['top_k']}, result cache off; "
-        f"{s['rounds']} rounds of interleaved {s['seconds_per_block']:g} s blocks"
-        + (f", each after {s['settle_seconds']:g} s of the same load unmeasured" if s.get("settle_seconds") else "")
-        + "; medians; load generator on "
-        f"the same cores; 1-minute load average {s['load_average'][0]} before, {s['load_average'][1]} after "
-        "(the machine is shared)",
+        f" {s['passages']} held-out passages (lines {held['offset']} on of `{held['corpus']}`), flat, "
+        f"{s['queries']:,} real queries one per request, top {s['top_k']}, no cache; medians of "
+        f"{s['rounds']} rounds of {s['seconds_per_block']:g} s blocks"
+        + (f", each after {s['settle_seconds']:g} s unmeasured" if s.get("settle_seconds") else "")
+        + f"; load average {s['load_average'][0]} before, {s['load_average'][1]} after",
     )
     med, cpu = s["median_requests_per_s"], s["median_cpu_ms_per_request"]
     levels = list(med)
-    names = [k for k in med[levels[0]] if not k.startswith("in-process")]
+    names = [k for k in med[levels[0]] if not k.startswith(("in-process", *(() if peers else PEERS)))]
+    if not peers:  # the peers' endpoints, measured for the peers' sake
+        names = [k for k in names if k not in ("searchrl /retrieve", "searchrl /queries")]
 
-    def row(label: str, key_of: Callable[[str], str | None], table_: dict[str, dict[str, float]]) -> tuple:
-        return (label, *(num(table_[c].get(key_of(c) or ""), 1 if table_ is med else 2) for c in levels))
+    def cell(c: str, key: str | None) -> str:
+        rate, used = med[c].get(key or ""), cpu[c].get(key or "")
+        return num(rate) + ("" if used is None else f" ({num(used, 2)})")
 
-    def in_process_rows(table_: dict[str, dict[str, float]]) -> list[tuple]:
-        return [
-            row(
-                f"in-process encode + search, {t} thread{'s' * (t > 1)}, batch min(c, {s['max_batch']})",
-                lambda c, t=t: _in_process_key(med[c], t),
-                table_,
-            )
-            for t in s["in_process_threads"]
-        ] + [
-            row(
-                f"in-process, 1 thread, one query per call, {idle.partition(', batch 1, ')[2]}",
-                lambda c: _idle_key(med[c]),
-                table_,
-            )
-            for idle in filter(None, [_idle_key(med[levels[0]])])
-        ]
+    def row(label: str, key_of: Callable[[str], str | None]) -> tuple:
+        return (label, *(cell(c, key_of(c)) for c in levels))
 
+    in_process = [
+        row(
+            f"in-process, {t} thread{'s' * (t > 1)}, batch min(c, {s['max_batch']})",
+            lambda c, t=t: _in_process_key(med[c], t),
+        )
+        for t in s["in_process_threads"]
+    ] + [
+        row(f"in-process, 1 thread, lone queries, {idle.partition(', batch 1, ')[2]}", lambda c: _idle_key(med[c]))
+        for idle in filter(None, [_idle_key(med[levels[0]])])
+    ]
     rates = table(
-        ["requests/s (median) at concurrency", *levels],
-        [row(n, lambda c, n=n: n, med) for n in names] + in_process_rows(med),
+        ["requests/s (server CPU ms per request; in process: per query), medians, at concurrency", *levels],
+        [row(n, lambda c, n=n: n) for n in names] + in_process,
     )
-    cpu_table = table(
-        ["server CPU ms per request (in process: per query)", *levels],
-        [row(n, lambda c, n=n: n, cpu) for n in names] + in_process_rows(cpu),
-    )
-    return [head, rates, cpu_table], names
+    return [head, rates], names
 
 
 def retrieval_server() -> str:
     s = load("retrieval")["servers"]
-    (head, rates, cpu_table), names = _server_rates("retrieval", s)
+    (head, rates), names = _server_rates("retrieval", s, peers=False)
     levels = list(s["median_requests_per_s"])
     rounds = s["requests_per_s"]
     one = "searchrl --threads 1"
     ratios = table(
         [
             "concurrency",
-            "`/retrieve` / Search-R1, as shipped",
-            "`--threads 1` / Search-R1, 1 thread",
-            "`/queries` / R1-Searcher, as shipped",
-            "`--threads 1` / R1-Searcher, 1 thread",
             "`/search` / in-process, 2 threads",
             "`--threads 1` / in-process, 1 thread",
             "`--threads 1` / in-process with idle between calls, 1 thread",
@@ -428,10 +404,6 @@ def retrieval_server() -> str:
         [
             (
                 c,
-                _paired(rounds[c], "searchrl /retrieve", "Search-R1 /retrieve"),
-                _paired(rounds[c], one, "Search-R1 /retrieve (1 thread)"),
-                _paired(rounds[c], "searchrl /queries", "R1-Searcher /queries"),
-                _paired(rounds[c], one, "R1-Searcher /queries (1 thread)"),
                 f"**{_paired(rounds[c], 'searchrl /search', _in_process_key(rounds[c], 2))}**",
                 f"**{_paired(rounds[c], one, _in_process_key(rounds[c], 1))}**",
                 _paired(rounds[c], one, _idle_key(rounds[c])),
@@ -441,28 +413,30 @@ def retrieval_server() -> str:
         ],
     )
     shares = s.get("median_every_core_share") or {}
-    lent_names = sorted({n for row in shares.values() for n in row}, key=names.index)
-    lent = table(
-        ["share of backend calls on every core (median of blocks) at concurrency", *levels],
-        [(n, *(num(shares.get(c, {}).get(n), 2) for c in levels)) for n in lent_names],
-    )
-    commands = table(["process", "command"], [(name, f"`{cmd}`") for name, cmd in s["processes"].items()])
+    lent_names = [n for n in dict.fromkeys(n for row in shares.values() for n in row) if n in names]
+    values = {v for row in shares.values() for v in row.values()}
+    if len(values) == 1:
+        lent = (
+            f"Share of backend calls on every core (median of blocks): {num(values.pop(), 2)} for each of "
+            + ", ".join(lent_names)
+            + " at every concurrency."
+        )
+    else:
+        lent = table(
+            ["share of backend calls on every core (median of blocks) at concurrency", *levels],
+            [(n, *(num(shares.get(c, {}).get(n), 2) for c in levels)) for n in lent_names],
+        )
     note = "Ratios: the median over rounds of the ratio within a round."
-    parts = [head, rates, cpu_table, note, ratios] + ([lent] if lent_names else [])
+    parts = [head, rates, note, ratios] + ([lent] if lent_names else [])
     wake = s.get("idle_wake_cost")
     if wake:
         cost = wake["server_cpu_ms_per_request"]
         parts.append(
-            table(
-                [f"`searchrl` server CPU ms per `{wake['endpoint']}` (event loop only)", "back to back"]
-                + [f"{wake['idle_ms']:g} ms idle between requests", "ratio"],
-                [
-                    (f"median of {wake['blocks']} blocks", num(cost["back_to_back"], 2), num(cost["after_idle"], 2))
-                    + (num(cost["after_idle"] / cost["back_to_back"], 1),)
-                ],
-            )
+            f"Server CPU ms per `{wake['endpoint']}` (event loop only), median of {wake['blocks']} blocks: "
+            f"{num(cost['back_to_back'], 2)} back to back, {num(cost['after_idle'], 2)} with {wake['idle_ms']:g} ms "
+            f"idle between requests ({num(cost['after_idle'] / cost['back_to_back'], 1)}x)."
         )
-    return "\n\n".join([*parts, commands])
+    return "\n\n".join(parts)
 
 
 def retrieval_encoder() -> str:
@@ -495,9 +469,8 @@ def retrieval_encoder() -> str:
             for c in rounds
         ],
     )
-    commands = table(["process", "command"], [(name, f"`{cmd}`") for name, cmd in s["processes"].items()])
     note = "Ratios: the median over rounds of the ratio within a round."
-    return "\n\n".join([*parts, note, ratios, commands])
+    return "\n\n".join([*parts, note, ratios])
 
 
 def encoder_backends() -> str:
@@ -588,19 +561,17 @@ def threads() -> str:
     batches = list(other)
     shares = list(other[batches[0]])
     lend = table(
-        ["another process keeps busy"]
-        + [f"batch {b}: {t}" for b in batches for t in other[b][shares[0]] if t != "every_core_over_one_fewer"]
-        + [f"batch {b}: every core / one fewer" for b in batches],
+        ["q/s (CPU ms per query); another process keeps busy"]
+        + [f"batch {b}: {t}" for b in batches for t in other[b][shares[0]] if t != "every_core_over_one_fewer"],
         [
             (
                 f"{float(share):g} of a core",
                 *(
-                    f"{v['queries_per_s']:,.1f} q/s, {v['cpu_ms_per_query']:.2f} ms"
+                    f"{v['queries_per_s']:,.1f} ({v['cpu_ms_per_query']:.2f})"
                     for b in batches
                     for k, v in other[b][share].items()
                     if k != "every_core_over_one_fewer"
                 ),
-                *(f"**{other[b][share]['every_core_over_one_fewer']:.2f}**" for b in batches),
             )
             for share in shares
         ],
@@ -608,9 +579,9 @@ def threads() -> str:
     spin = d["spin_count"]
     names = list(next(iter(spin.values())))
     spins = table(
-        ["every core, queries/s and CPU ms per query", *names],
+        ["every core, q/s (CPU ms per query)", *names],
         [
-            (point, *(f"{v[n]['queries_per_s']:,.1f} q/s, {v[n]['cpu_ms_per_query']:.2f} ms" for n in names))
+            (point, *(f"{v[n]['queries_per_s']:,.1f} ({v[n]['cpu_ms_per_query']:.2f})" for n in names))
             for point, v in spin.items()
         ],
     )
@@ -623,57 +594,48 @@ def reward_server() -> str:
         "reward_server",
         d,
         f" Preset `{d['preset']}`, real trajectories ({d['body_bytes_mean'] / 1000:,.1f} KB bodies), "
-        f"{d['seconds_per_point']:g} s per point; load generator: {d['load_generator']}; target: {d['target']}",
+        f"{d['seconds_per_point']:g} s per point; target: {d['target']}",
     )
+    errors = any(p[k]["errors"] for p in d["points"] for k in ("reward", "trivial", "trivial_validated", "echo"))
     rows = []
     for p in d["points"]:
         r, t, v, e = p["reward"], p["trivial"], p["trivial_validated"], p["echo"]
         rows.append(
             (
-                p["workers"],
-                p["concurrency"],
+                f"{p['workers']} / {p['concurrency']}",
                 f"{r['rps']:,.0f}",
-                num(r["p50_ms"]),
-                num(r["p99_ms"]),
+                f"{num(r['p50_ms'])} / {num(r['p99_ms'])}",
                 f"{e['rps']:,.0f}",
                 f"{t['rps']:,.0f}",
                 f"{v['rps']:,.0f}",
                 f"**{num(p['ratio_to_echo'], 2)}**",
-                num(p["ratio"], 2),
                 f"{r['server_cpu_us_per_request']:,.0f} / {e['server_cpu_us_per_request']:,.0f} / "
                 f"{t['server_cpu_us_per_request']:,.0f}",
-                r["errors"],
             )
+            + ((r["errors"],) if errors else ())
         )
     body = table(
         [
-            "workers",
-            "concurrency",
+            "workers / concurrency",
             "reward req/s",
-            "p50 ms",
-            "p99 ms",
+            "p50 / p99 ms",
             "FastAPI echo req/s",
             "trivial req/s",
             "trivial + validation req/s",
             "ratio to echo",
-            "ratio to trivial",
             "server CPU µs/request, reward / echo / trivial",
-            "errors",
-        ],
+        ]
+        + (["errors"] if errors else []),
         rows,
     )
-    met = ", ".join(f"{w} worker(s): {'met' if ok else 'not met'}" for w, ok in d["target_met"].items())
+    met = ", ".join(f"{w} worker(s) {'met' if ok else 'not met'}" for w, ok in d["target_met"].items())
     cpu64 = ", ".join(
-        f"{p['workers']} worker(s): {num(p['cpu_ratio_to_echo'], 2)}" for p in d["points"] if p["concurrency"] == 64
+        f"{p['workers']} worker(s) {num(p['cpu_ratio_to_echo'], 2)}" for p in d["points"] if p["concurrency"] == 64
     )
-    extra = table(
-        [
-            "target at concurrency 64, requests/s",
-            "echo CPU / reward CPU per request at 64",
-        ],
-        [(met, cpu64)],
+    body += f"\n\nTarget at concurrency 64: {met}. Echo CPU / reward CPU per request at 64: {cpu64}." + (
+        "" if errors else " No request failed."
     )
-    parts = [head, body, extra, reward_breakdown(d), reward_instructions(d)]
+    parts = [head, body, reward_breakdown(d), reward_instructions(d)]
     return "\n\n".join(part for part in parts if part)
 
 
@@ -694,17 +656,15 @@ def reward_instructions(d: dict) -> str:
         return ""
     cpu = _served_cpu_at_64(d)
     head = (
-        f"*Instructions: `python -m benchmarks.reward_instructions`, {ins['date']}, {ins['tool']}: every instruction "
-        f"of the server process (user space: the kernel's part of serving is not counted), {ins['served_requests']:,} "
-        f"requests per endpoint served at concurrency {ins['concurrency']}, {ins['in_process_requests']:,} in process*"
+        f"*Instructions: `python -m benchmarks.reward_instructions`, {ins['date']}, {ins['tool']}: the server "
+        f"process's user-space instructions, {ins['served_requests']:,} requests per endpoint served at concurrency "
+        f"{ins['concurrency']}, {ins['in_process_requests']:,} in process*"
     )
     counts = table(
         [
             "per single-sample request",
             "instructions, served",
             "instructions, in process",
-            "served less in process",
-            "served CPU µs (1 worker, concurrency 64, above)",
             "instructions per µs of served CPU",
         ],
         [
@@ -712,8 +672,6 @@ def reward_instructions(d: dict) -> str:
                 name,
                 f"{ins['served'][name]:,}",
                 f"{ins['in_process'][name]:,}",
-                f"{ins['served'][name] - ins['in_process'][name]:,}",
-                num(cpu[name]),
                 f"{ins['served'][name] / cpu[name]:,.0f}",
             )
             for name in ins["served"]
@@ -739,13 +697,13 @@ def reward_breakdown(d: dict) -> str:
         if name in served:
             rows.append((name, num(us), num(served[name]), num(served[name] - us)))
         else:
-            rows.append((f"reward endpoint step: {name}", num(us), "", ""))
+            rows.append((f"step: {name}", num(us), "", ""))
     return table(
         [
             "CPU µs per single-sample request",
-            "in process, through the app's ASGI interface (no sockets)",
+            "in process, through ASGI (no sockets)",
             "served, 1 worker, concurrency 64",
-            "uvicorn, TCP and the event loop (difference)",
+            "difference: uvicorn, TCP, event loop",
         ],
         rows,
     )
@@ -754,63 +712,56 @@ def reward_breakdown(d: dict) -> str:
 def load_table() -> str:
     d = load("load")
     a = d["args"]
+    rows_in = [*d["reward"], *d["search"], *d.get("libraries", [])]
+    clean = all(r["lost"] == 0 and r["wrong"] == 0 for r in rows_in)
     head = source(
         "load",
         d,
-        f" Through the project's clients; {a['reward_requests']:,} reward requests and {a['search_requests']:,} "
-        f"distinct searches per level, the last level again after {a['idle_s']:g} s idle; every answer checked "
-        f"against the in-process result; load average at the end {d['load_average_1m_at_end']}",
+        f" {a['reward_requests']:,} reward requests and {a['search_requests']:,} distinct searches per level, the "
+        f"last level again after {a['idle_s']:g} s idle; answers checked against in-process results"
+        + ("; **none lost or wrong**" if clean else "")
+        + f"; load average at the end {d['load_average_1m_at_end']}",
     )
     rows = [
-        (
-            r["client"],
-            r["phase"],
-            f"{r['concurrency']:,}",
-            f"{r['sent']:,}",
-            r["lost"],
-            r["wrong"],
-            num(r["p50_ms"]),
-            num(r["p99_ms"]),
-            num(r["max_ms"]),
-            num(r["rps"]),
-        )
-        for r in [*d["reward"], *d["search"], *d.get("libraries", [])]
+        (r["client"], r["phase"], f"{r['concurrency']:,}")
+        + (() if clean else (f"{r['sent']:,}", r["lost"], r["wrong"]))
+        + (num(r["p50_ms"]), num(r["p99_ms"]), num(r["max_ms"]), num(r["rps"]))
+        for r in rows_in
     ]
-    body = table(
-        ["client", "phase", "concurrency", "sent", "lost", "wrong", "p50 ms", "p99 ms", "max ms", "req/s"], rows
-    )
+    header = ["client", "phase", "concurrency"] + ([] if clean else ["sent", "lost", "wrong"])
+    body = table([*header, "p50 ms", "p99 ms", "max ms", "req/s"], rows)
     return f"{head}\n\n{body}"
 
 
 def restart() -> str:
     d = load("restart")
-    parts = []
-    for label, run in d["runs"].items():
-        head = source(
-            "restart",
-            run,
-            f" **{label}**: a burst at concurrency {run['concurrency']:,} through the project's clients, the server "
-            "killed -9 once a fifth was answered and started again *down s* later (the reward server on the same "
-            "score log); outage: from the kill until the new server was healthy (its start-up included); load "
-            f"average at the end {run['load_average_1m_at_end']}",
+    runs = d["runs"]
+    first = next(iter(runs.values()))
+    head = source(
+        "restart",
+        first,
+        f" A burst at concurrency {first['concurrency']:,} through the clients, the server killed -9 once a fifth was "
+        "answered and restarted *down s* later; outage: kill to healthy; load average at the end "
+        + ", ".join(f"{run['load_average_1m_at_end']} ({label})" for label, run in runs.items()),
+    )
+    rows = [
+        (
+            label,
+            r["client"],
+            num(r["down_s"], 0),
+            num(r["outage_s"]),
+            f"{r['sent']:,}",
+            f"{r['lost']:,}",
+            r["wrong"],
+            "n/a" if r["scored_twice"] is None else r["scored_twice"],
+            num(r["p99_ms"], 0),
+            num(r["rps"]),
         )
-        rows = [
-            (
-                r["client"],
-                num(r["down_s"], 0),
-                num(r["outage_s"]),
-                f"{r['sent']:,}",
-                f"{r['lost']:,}",
-                r["wrong"],
-                "n/a" if r["scored_twice"] is None else r["scored_twice"],
-                num(r["p99_ms"], 0),
-                num(r["rps"]),
-            )
-            for r in run["rows"]
-        ]
-        header = ["client", "down s", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
-        parts.append(f"{head}\n\n{table(header, rows)}")
-    return "\n\n".join(parts)
+        for label, run in runs.items()
+        for r in run["rows"]
+    ]
+    header = ["run", "client", "down s", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
+    return f"{head}\n\n{table(header, rows)}"
 
 
 def index_recall() -> str:
@@ -850,12 +801,13 @@ def index_recall() -> str:
 
 def reward_keys() -> str:
     d = load("reward_keys")
+    once = all(r["shared store"]["log_lines"] == r["shared store"]["log_keys_distinct"] for r in d["points"])
     head = source(
         "reward_keys",
         d,
-        f" Each request under a key of its own with a score log, as training runs the server; the baseline is "
-        f"commit {d['baseline_commit'][:7]} (keys kept in each worker's memory), run side by side in alternating "
-        f"slices of {d['seconds_per_point']:g} s per point. Target: {d['target']}; met: {d['target_met']}",
+        f" Keyed requests with a score log; baseline commit {d['baseline_commit'][:7]} (keys in each worker's "
+        f"memory), alternating {d['seconds_per_point']:g} s slices. Target: {d['target']}; met: {d['target_met']}"
+        + ("; each key logged once at every point" if once else ""),
     )
     rows = [
         (
@@ -867,8 +819,8 @@ def reward_keys() -> str:
             num(r["baseline"]["server_cpu_us_per_request"], 0),
             num(r["shared store"]["server_cpu_us_per_request"], 0),
             num(r["shared store"]["p50_ms"]),
-            r["shared store"]["log_lines"] == r["shared store"]["log_keys_distinct"],
         )
+        + (() if once else (r["shared store"]["log_lines"] == r["shared store"]["log_keys_distinct"],))
         for r in d["points"]
     ]
     header = [
@@ -880,8 +832,7 @@ def reward_keys() -> str:
         "baseline CPU us/req",
         "store CPU us/req",
         "store p50 ms",
-        "each key logged once",
-    ]
+    ] + ([] if once else ["each key logged once"])
     return f"{head}\n\n{table(header, rows)}"
 
 
@@ -920,8 +871,7 @@ def multi_query() -> str:
     head = source(
         "multi_query",
         d,
-        f" Replayed: {d['recordings']}, {d['rounds']} passes, each episode alone, the modes alternating episode by "
-        f"episode; retrieval server in its own process over the mini index, cache off",
+        f" Replayed: {d['recordings']}, {d['rounds']} passes, modes alternating per episode; mini index, cache off",
     )
     rows = [
         (
@@ -956,19 +906,23 @@ def hostile() -> str:
         f"{max(r['max_loop_block_ms'] for r in inputs):,} ms, largest RSS growth "
         f"{max(r['rss_peak_growth_mb'] for r in inputs):.1f} MB",
     )
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in inputs:  # inputs answered alike, one row: the criteria are maxima
+        answers = ", ".join(f"{k} x{v}" for k, v in r["statuses"].items())
+        if not r["holds"]:
+            answers += f" **(expected {r['expected']}: does not hold)**"
+        groups.setdefault((r["server"], answers), []).append(r)
     rows = [
         (
-            r["server"],
-            r["input"].replace("|", "\\|"),
-            r["expected"],
-            ", ".join(f"{k} x{v}" for k, v in r["statuses"].items()),
-            r["max_loop_block_ms"],
-            num(r["rss_peak_growth_mb"]),
-            "yes" if r["holds"] else "**no**",
+            server,
+            "; ".join(r["input"].replace("|", "\\|") for r in rs),
+            answers,
+            max(r["max_loop_block_ms"] for r in rs),
+            num(max(r["rss_peak_growth_mb"] for r in rs)),
         )
-        for r in inputs
+        for (server, answers), rs in groups.items()
     ]
-    body = table(["server", "input", "expected", "answers", "loop block ms", "RSS growth MB", "holds"], rows)
+    body = table(["server", "inputs", "answers (each)", "longest loop block ms", "largest RSS growth MB"], rows)
     return f"{head}\n\n{body}"
 
 
@@ -1049,6 +1003,8 @@ def learning(name: str = "learning", targets: bool = True) -> str:
     a run of the stage-2 options, whose runs have no lr = 0 control)."""
     d = load(name)
     st = d["settings"]
+    # Runs before the development split existed read the held-out questions alone.
+    split = {"dev": "development", "heldout": "held-out"}[st.get("split", "heldout")]
     head = source(
         name,
         d,
@@ -1056,9 +1012,9 @@ def learning(name: str = "learning", targets: bool = True) -> str:
         + (f" and stage 2 {st['steps2']}" if any("stage2" in s for s in d["seeds"]) else "")
         + f" rollout steps of 8 prompts x 8 samples, lr {st['lr']:g}"
         + (f", in {d['protocol']}'s tags" if d.get("protocol", "r1-searcher") != "r1-searcher" else "")
-        + "; each checkpoint sampled on "
-        f"{d['seeds'][0]['stage1']['eval']['final']['episodes']} held-out episodes outside the training loop "
-        "(temperature 1, top-p 0.95), and decoded greedily once per held-out question",
+        + "; checkpoints sampled on "
+        f"{d['seeds'][0]['stage1']['eval']['final']['episodes']} {split} episodes (temperature 1, top-p 0.95) and "
+        f"decoded greedily once per {split} question",
     )
     rows = []
     for stage, metric, names in (
@@ -1087,9 +1043,9 @@ def learning(name: str = "learning", targets: bool = True) -> str:
                 )
             )
     body = table(
-        ["checkpoint", "per seed (stage 1: format+search; stage 2: EM)", "score", "EM", "greedy EM", "reward",
-         "searches", "tokens", "query names the person", "answer = documents' city", "another's documents: their city",
-         "another's documents: the asked city", "top city share"],
+        ["checkpoint", "score per seed", "score", "EM", "greedy EM", "reward", "searches", "tokens",
+         "names the person", "answers the documents' city", "swapped: their city", "swapped: the asked city",
+         "top city share"],
         rows,
     )  # fmt: skip
     steps = d["summary"].get("stage2", {}).get("steps_to_em_0.5")
@@ -1101,22 +1057,103 @@ def learning(name: str = "learning", targets: bool = True) -> str:
         )
     if not targets:
         return f"{head}\n\n{body}"
-    targets = "; ".join(
-        f"{stage}: " + ", ".join(f"{k.replace('_', ' ')} {'met' if v else 'NOT met'}" for k, v in t["targets"].items())
-        for stage, t in d["summary"].items()
+    results = [(stage, k.replace("_", " "), v) for stage, t in d["summary"].items() for k, v in t["targets"].items()]
+    missed = [f"{stage}: {k}" for stage, k, v in results if not v]
+    targets = f"{len(results) - len(missed)} of {len(results)} met" + (
+        f"; **not met**: {'; '.join(missed)}" if missed else ""
     )
-    return f"{head}\n\n{body}\n\nTargets: {targets}."
+    return f"{head}\n\n{body}\n\nTargets (`benchmarks/learning.py`): {targets}."
+
+
+ASYNC_ROLLOUT = ("async_rollout", "async_rollout_repeat", "async_rollout_repeat2")
+
+
+def async_rollout() -> str:
+    """Sync against async-partial on CPU, round by round, from the three recorded sessions."""
+    rows = []
+    for name in ASYNC_ROLLOUT:
+        d = load(name)
+        runs = {(r["latency_s"], r["round"], r["schedule"]): r for r in d["runs"]}
+        ratio = {r["latency_s"]: r for r in d["ratios"]}
+        for lat, rnd in dict.fromkeys((r["latency_s"], r["round"]) for r in d["runs"]):
+            sync, other = runs[(lat, rnd, "sync")], runs[(lat, rnd, "async-partial")]
+            rows.append(
+                (
+                    name.removeprefix("async_rollout").lstrip("_") or "first",
+                    num(lat),
+                    rnd,
+                    f"{sync['samples_per_hour']:,.0f}",
+                    f"{other['samples_per_hour']:,.0f}",
+                    num(other["samples_per_hour"] / sync["samples_per_hour"], 2),
+                    num(sync["overlap_bound"], 2),
+                    f"{num(sync['trainer_busy_share'], 2)} / {num(other['trainer_busy_share'], 2)}",
+                    f"{num(sync['heldout_score'], 2)} / {num(other['heldout_score'], 2)}",
+                    f"{other['vllm_kl']:.3f} / {other['is_filter_ratio']:.3f}",
+                )
+            )
+        rows += [
+            (
+                name.removeprefix("async_rollout").lstrip("_") or "first",
+                num(lat),
+                "all",
+                "",
+                "",
+                f"**{num(r['samples_per_hour_ratio'], 2)}**",
+                "",
+                "",
+                "",
+                "",
+            )
+            for lat, r in ratio.items()
+            if sum(1 for k in runs if k[0] == lat and k[2] == "sync") > 1
+        ]
+    first = load(ASYNC_ROLLOUT[0])
+    files = ", ".join(f"`{n}.json`" for n in ASYNC_ROLLOUT)
+    head = (
+        f"*{files} (three sessions), "
+        f"{first.get('date') or 'undated (the JSON records no date)'}, {machine(first['machine'])}. "
+        f"Stage 1's rehearsal, {first['steps']} steps a run, lr {first['lr']:g}; *all*: the file's rounds together*"
+    )
+    header = ["session", "search latency s", "round", "sync samples/h", "async-partial samples/h", "async / sync",
+              "sync overlap_bound", "trainer busy, sync / async", "held-out score, sync / async",
+              "async vllm_kl / is_filter_ratio"]  # fmt: skip
+    return f"{head}\n\n{table(header, rows)}"
 
 
 def async_projection() -> str:
     d = load("async_projection")
-    rows = [
-        (r["decode"], num(r["latency_s"]), num(r["generation_8_s"]), num(r["critical_path_s"]), num(r["training_8_s"]),
-         num(r["sync_step_s"]), num(r["async_4_4_step_s"]), f"{r['async_over_sync']:.2f}x")
-        for r in d["rows"]
-    ]  # fmt: skip
-    body = table(["decode", "search s", "generation, 8 GPUs (s)", "critical path (s)", "training, 8 GPUs (s)",
-                  "colocated sync step (s)", "async 4+4 step (s)", "async / sync"], rows)  # fmt: skip
+    decodes = list(dict.fromkeys(r["decode"] for r in d["rows"]))
+    latencies = list(dict.fromkeys(r["latency_s"] for r in d["rows"]))
+    at = {(r["decode"], r["latency_s"]): r for r in d["rows"]}
+    steady = {k: {r[k] for r in d["rows"]} for k in ("training_8_s", "async_4_4_step_s")}
+    same = all(len(v) == 1 for v in steady.values())
+    rows = []
+    for lat in latencies:
+        some = at[(decodes[0], lat)]
+        rows.append(
+            (num(lat),)
+            + (() if same else (num(some["training_8_s"]), num(some["async_4_4_step_s"])))
+            + tuple(
+                f"{num(r['critical_path_s'])} / {num(r['sync_step_s'])} ({r['async_over_sync']:.2f}x)"
+                for r in (at[(dec, lat)] for dec in decodes)
+            )
+        )
+    body = table(
+        ["search s"]
+        + ([] if same else ["training, 8 GPUs (s)", "async 4+4 step (s)"])
+        + [f"{dec}: critical path / sync step s (async / sync)" for dec in decodes],
+        rows,
+    )
+    if same:
+        body = (
+            f"Training on 8 GPUs {num(next(iter(steady['training_8_s'])))} s and the async 4+4 step "
+            f"{num(next(iter(steady['async_4_4_step_s'])))} s at every latency.\n\n{body}"
+        )
+    gen = [r for r in d["rows"] if abs(r["generation_8_s"] - r["critical_path_s"]) > 0.05]
+    if gen:
+        body += "\n\nGeneration on 8 GPUs where it differs from the critical path: " + "; ".join(
+            f"{r['decode']} at {num(r['latency_s'])} s: {num(r['generation_8_s'])} s" for r in gen
+        )
     rates, shape = d["rates"], d["episode_shape"]
     g = d["gpu"]["machine"]
     graphs_s = rates.get("decode_step_s_graphs")
@@ -1165,6 +1202,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "learning": learning,
     "learning-options": partial(learning, "learning_options", targets=False),
     "learning-search-r1": partial(learning, "learning_search_r1"),
+    "async-rollout": async_rollout,
     "async-projection": async_projection,
 }
 

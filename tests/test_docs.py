@@ -136,3 +136,24 @@ def test_benchmarks_prose_holds_no_figure():
     text = tables.BLOCK.sub("", tables.PAGE.read_text(encoding="utf-8"))
     text = LINK.sub("", SPAN.sub("", FENCE.sub("", text)))
     assert re.findall(r"(?<![\w@/.-])\d[\d,.]*", text) == []
+
+
+def test_architecture_layers_match():
+    """docs/ARCHITECTURE.md's layer table, highest first, is tests/test_architecture.py's LAYERS reversed: each row's
+    first cell names its layer's packages (several side by side for a tuple)."""
+    from tests.test_architecture import LAYERS
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text.split("<!-- layers -->\n", 1)[1].split("<!-- /layers -->", 1)[0]
+    rows = [line.split("|")[1] for line in block.splitlines()[2:] if line.startswith("|")]
+    shown = [names[0] if len(names := re.findall(r"`([^`]+)`", row)) == 1 else tuple(names) for row in rows]
+    assert shown == list(reversed(LAYERS)), "docs/ARCHITECTURE.md's layer table differs from LAYERS"
+
+
+# README.md and docs/*.md together: a user can read them through.
+DOCS_BUDGET_BYTES = 180_000
+
+
+def test_docs_fit_budget():
+    sizes = {page.name: len(page.read_bytes()) for page in PAGES}
+    assert sum(sizes.values()) <= DOCS_BUDGET_BYTES, sorted(sizes.items(), key=lambda kv: -kv[1])

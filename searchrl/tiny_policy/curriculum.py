@@ -43,7 +43,7 @@ class Phase:
 
 @dataclass(frozen=True)
 class Recipe:
-    """Found on 2 CPU cores and checked on a GPU sweep (docs/TRAINING.md, "What the tiny policy learns")."""
+    """Found on 2 CPU cores and checked on a GPU sweep (docs/REHEARSAL.md, "What the tiny policy learns")."""
 
     seed: int = 0
     lr: float = 3e-3

@@ -96,7 +96,7 @@ def _fix_for(field: str, kind: str) -> str:
         return "add it"
     if field == "interactions":
         return "give every interaction of the user a `session` id, or leave it out of all of them"
-    return "see the log format in the README (GMTRouter)"
+    return "see the log format in docs/OPTIONS.md (GMTRouter)"
 
 
 def parse_line(text: str, where: str) -> UserLog:
