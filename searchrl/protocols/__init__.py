@@ -43,8 +43,9 @@ class TagProtocol(Protocol):
     EVAL_EPISODE: dict[str, Any] | None
     # The reward formulas (searchrl/reward/spec.py) that read its tags.
     REWARD_FORMULAS: tuple[str, ...]
-    # Whether an LLM router's searches can be written in it (search.backend: router).
-    ROUTES: bool
+    # Router-R1's four tags (think, search, information, answer) in its spelling, (open, close) each: an LLM router's
+    # searches (search.backend: router) can be written in it; None: they cannot.
+    ROUTER_TAGS: dict[str, tuple[str, str]] | None
     # The tiny policy's warm start that speaks it, a folder of examples/; None: rehearsals start from R1-Searcher's.
     WARM_START: str | None
     # The solution's searches, documents and answer as the project's formula reads them; None: that formula does

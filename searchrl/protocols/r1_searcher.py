@@ -41,10 +41,16 @@ CUT_AFTER: str | None = None
 EPISODE_DEFAULTS: dict = {}
 # Its evaluation: top-5 passages, up to 16 searches (training uses 3 and 8).
 EVAL_EPISODE: dict | None = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
-# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and whether an LLM router's searches
-# (search.backend: router) can be written in it (a query that names a pool model).
+# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and the four tags of Router-R1's walk
+# (think, search, information, answer) in its spelling: an LLM router's searches (search.backend: router) can be
+# written in it; None: they cannot.
 REWARD_FORMULAS: tuple[str, ...] = ("searchrl", "router_r1")
-ROUTES = True
+ROUTER_TAGS: dict[str, tuple[str, str]] | None = {
+    "think": (THINK_OPEN, THINK_CLOSE),
+    "search": (BEGIN_QUERY, END_QUERY),
+    "information": (BEGIN_DOCS, END_DOCS),
+    "answer": (ANSWER_OPEN, ANSWER_CLOSE),
+}
 # The tiny policy's warm start that speaks it (a folder of examples/, searchrl/rehearsal/warm_start.py); None: its
 # rehearsals start from R1-Searcher's.
 WARM_START: str | None = "tiny_policy"

@@ -44,10 +44,10 @@ CUT_AFTER: str | None = None
 EPISODE_DEFAULTS: dict = {}
 # Evaluated by `searchrl eval routing` with its stage config, not `eval local`.
 EVAL_EPISODE: dict | None = None
-# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and whether an LLM router's searches
-# (search.backend: router) can be written in it (a query that names a pool model).
+# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and the four tags of Router-R1's walk
+# (think, search, information, answer) in its spelling: an LLM router's searches (search.backend: router) can be
+# written in it; None: they cannot.
 REWARD_FORMULAS: tuple[str, ...] = ("router_r1",)
-ROUTES = True
 # The tiny policy's warm start that speaks it (a folder of examples/, searchrl/rehearsal/warm_start.py); None: its
 # rehearsals start from R1-Searcher's.
 WARM_START: str | None = None
@@ -55,6 +55,7 @@ WARM_START: str | None = None
 parse_solution = None
 # The four blocks its reward walks, by the original's names.
 TAGS = {name: (f"<{name}>", f"</{name}>") for name in (THINK, SEARCH, INFORMATION, ANSWER)}
+ROUTER_TAGS: dict[str, tuple[str, str]] | None = TAGS
 # What its postprocess_predictions refuses to route: the prompt's placeholder, in any case.
 PLACEHOLDERS = ("llm-name", "your-query")
 

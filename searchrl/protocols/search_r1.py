@@ -38,10 +38,11 @@ EPISODE_DEFAULTS: dict = {"max_observation_tokens": 500}
 EVAL_EPISODE: dict | None = {
     "top_k": 3, "max_turns": 4, "max_searches": 4, "max_segment_tokens": 500, "max_observation_tokens": 500,
 }  # fmt: skip
-# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and whether an LLM router's searches
-# (search.backend: router) can be written in it (a query that names a pool model).
+# The reward formulas (searchrl/reward/spec.py) that read this protocol's tags, and the four tags of Router-R1's walk
+# (think, search, information, answer) in its spelling: an LLM router's searches (search.backend: router) can be
+# written in it; None: they cannot.
 REWARD_FORMULAS: tuple[str, ...] = ("searchrl", "search_r1_em", "search_r1_em_format")
-ROUTES = False
+ROUTER_TAGS: dict[str, tuple[str, str]] | None = None
 # The tiny policy's warm start that speaks it (a folder of examples/, searchrl/rehearsal/warm_start.py); None: its
 # rehearsals start from R1-Searcher's.
 WARM_START: str | None = "tiny_policy_search_r1"

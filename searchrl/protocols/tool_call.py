@@ -312,7 +312,7 @@ class ToolCallProtocol:
     # No paper of its own: R1-Searcher's evaluation settings, one query a call.
     EVAL_EPISODE: ClassVar[dict | None] = {"top_k": 5, "max_searches": 16, "max_segment_tokens": 512}
     REWARD_FORMULAS: ClassVar[tuple[str, ...]] = ("searchrl",)
-    ROUTES: ClassVar[bool] = False
+    ROUTER_TAGS: ClassVar[dict[str, tuple[str, str]] | None] = None
     WARM_START: ClassVar[str | None] = None
 
     @property

@@ -29,30 +29,14 @@ import numpy as np
 
 from searchrl.metrics import squad_em as exact_match
 from searchrl.metrics import squad_normalize
-from searchrl.protocols import get_protocol, router_r1
-from searchrl.protocols.r1_searcher import (
-    ANSWER_CLOSE,
-    ANSWER_OPEN,
-    BEGIN_DOCS,
-    BEGIN_QUERY,
-    END_DOCS,
-    END_QUERY,
-    THINK_CLOSE,
-    THINK_OPEN,
-)
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOLS, get_protocol, router_r1
 from searchrl.reward.spec import RewardSpec
 
-# The original's four tags, (open, close) by the original's name, in each protocol's spelling.
+# The original's four tags, (open, close) by the original's name, in each protocol's spelling (its ROUTER_TAGS).
 TAG_SETS: dict[str, dict[str, tuple[str, str]]] = {
-    "router-r1": router_r1.TAGS,
-    "r1-searcher": {
-        "think": (THINK_OPEN, THINK_CLOSE),
-        "search": (BEGIN_QUERY, END_QUERY),
-        "information": (BEGIN_DOCS, END_DOCS),
-        "answer": (ANSWER_OPEN, ANSWER_CLOSE),
-    },
+    name: protocol.ROUTER_TAGS for name, protocol in PROTOCOLS.items() if protocol.ROUTER_TAGS is not None
 }
-TAGS = TAG_SETS["r1-searcher"]
+TAGS = TAG_SETS[DEFAULT_PROTOCOL]
 PLACEHOLDERS = router_r1.PLACEHOLDERS
 
 

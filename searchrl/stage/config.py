@@ -251,8 +251,8 @@ def episode_problem(protocol: str, episode: EpisodeConfig, backend: str = "http"
         )
     if (own := speaks.episode_problem(episode)) is not None:
         return own
-    if SEARCH_KINDS[backend].routes_to_models and not speaks.ROUTES:
-        routes = " or ".join(name for name, p in PROTOCOLS.items() if p.ROUTES)
+    if SEARCH_KINDS[backend].routes_to_models and speaks.ROUTER_TAGS is None:
+        routes = " or ".join(name for name, p in PROTOCOLS.items() if p.ROUTER_TAGS is not None)
         return f"search.backend {backend}: LLM routing speaks the tags of {routes}, not {protocol}"
     return None
 
