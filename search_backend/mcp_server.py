@@ -31,7 +31,7 @@ from searchrl.search.base import SearchBackend, SearchError
 from searchrl.search.index.cpu_threads import short_openmp_spin
 from searchrl.search.index.layout import IndexValidationError
 from searchrl.search.mcp_backend import error_kind
-from searchrl.search.settings import INDEX_BACKENDS, SearchConfig
+from searchrl.search.settings import SearchConfig
 from searchrl.search.web.errors import WebBudgetExhaustedError
 from searchrl.server import Limits, RequestError, RequestGuard, server_token, uvicorn_options
 
@@ -147,10 +147,8 @@ def search_config(args: argparse.Namespace) -> SearchConfig:
         data.setdefault("backend", "local")
     for key, value in parse_overrides(args.overrides):
         apply_override(data, key, value)
-    config = validate(SearchConfig, data, args.search or "searchrl search mcp")
-    if config.backend in INDEX_BACKENDS and config.index_dir is None:
-        raise ConfigError(f"index_dir: backend {config.backend} searches an index directory; pass --index DIR")
-    return config
+    # A backend that searches an index refuses a config without index_dir itself (its from_config names the key).
+    return validate(SearchConfig, data, args.search or "searchrl search mcp")
 
 
 def open_quietly(config: SearchConfig) -> SearchBackend:
