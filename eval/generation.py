@@ -16,10 +16,12 @@ from typing import Any, Protocol
 from eval.segments import segment_text
 from searchrl.http_transport import RetryPolicy
 from searchrl.openai_client import OpenAIClient, key_from_env
-from searchrl.protocols import TagProtocol, r1_searcher
+from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, get_protocol
 from searchrl.protocols.segments import cut_turn
 from searchrl.rollout.engines import HFEngine
 from searchrl.rollout.environment import Episode, SearchEnvironment
+
+DEFAULT = get_protocol(DEFAULT_PROTOCOL)
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,8 @@ class GenParams:
     seed: int | None = 0
     # Where a segment stops (the protocol's search close, and its answer close where it cuts there), and the tag
     # that opens what each closes.
-    stops: tuple[str, ...] = (r1_searcher.SEARCH_CLOSE,)
-    opens: Mapping[str, str] = field(default_factory=lambda: dict(r1_searcher.STOP_OPENS))
+    stops: tuple[str, ...] = (DEFAULT.SEARCH_CLOSE,)
+    opens: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT.STOP_OPENS))
     # A turn that stopped on none of `stops` is cut after the first of this (the protocol's CUT_AFTER).
     cut_after: str | None = None
 

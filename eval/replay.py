@@ -12,12 +12,14 @@ from pathlib import Path
 
 from eval.generation import Completion, GenParams
 from searchrl.jsonl import RecordError, read_jsonl
-from searchrl.protocols import TagProtocol, r1_searcher
+from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, get_protocol
 from searchrl.rollout.engines import recorded_actions
+
+DEFAULT = get_protocol(DEFAULT_PROTOCOL)
 
 
 class ReplayTextEngine:
-    def __init__(self, recordings: dict[str, str], protocol: TagProtocol = r1_searcher) -> None:
+    def __init__(self, recordings: dict[str, str], protocol: TagProtocol = DEFAULT) -> None:
         """`recordings`: rendered prompt -> recorded trajectory (the text after the prompt), in `protocol`'s tags."""
         self.protocol = protocol
         self.actions = {prompt: recorded_actions(traj, protocol) for prompt, traj in recordings.items()}
@@ -28,7 +30,7 @@ class ReplayTextEngine:
         path: str | Path,
         render: object,
         trajectory_key: str = "gen_text_store",
-        protocol: TagProtocol = r1_searcher,
+        protocol: TagProtocol = DEFAULT,
     ) -> ReplayTextEngine:
         """Recordings from a JSONL file; `render(question)` gives the prompt the run will use."""
         recordings = {}

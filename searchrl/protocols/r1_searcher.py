@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
+from searchrl.protocols.segments import clean_query as clean_query
 from searchrl.protocols.segments import policy_segments
+from searchrl.protocols.segments import split_queries as split_queries
 from searchrl.protocols.segments import split_solution as split_solution
 from searchrl.search.base import Passage, r1_text
 
@@ -170,11 +172,6 @@ class ParsedSolution:
         return self.tag_counts["begin_of_documents"]
 
 
-def clean_query(raw: str) -> str:
-    """A search query as the environment sends it: quotes stripped, white space collapsed."""
-    return " ".join(raw.replace('"', " ").replace("\u201c", " ").replace("\u201d", " ").split())
-
-
 def extract_answer(text: str) -> str | None:
     """R1-Searcher's answer extraction: the text of the last `<answer>`, up to its `</answer>`.
 
@@ -232,15 +229,6 @@ def _document_spans(text: str) -> list[tuple[int, int]]:
         pos = end + len(END_DOCS)
         spans.append((start, pos))
     return spans
-
-
-def split_queries(query: str, separator: str, limit: int) -> list[str]:
-    """The queries of one block in multi-query mode: split on the separator, cleaned, empties dropped,
-    at most `limit` (the rest are ignored, which keeps one block from fanning out without bound)."""
-    if limit <= 1:
-        return [query]
-    parts = [clean_query(q) for q in query.split(separator)]
-    return [q for q in parts if q][:limit] or [query]
 
 
 def last_query(action_text: str) -> str | None:

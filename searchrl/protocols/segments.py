@@ -1,5 +1,5 @@
 """The policy's own text, whatever its protocol's tags: a recorded trajectory cut into its segments, a turn cut as its
-protocol keeps it, and the solution found inside the decoded prompt and response."""
+protocol keeps it, the solution found inside the decoded prompt and response, and a search block's queries."""
 
 from __future__ import annotations
 
@@ -90,3 +90,17 @@ def _end_of_non_space(text: str, n: int) -> int:
             return run.start() + n
         n -= run.end() - run.start()
     raise AssertionError("unreachable: the block holds the n-th non-space character")
+
+
+def clean_query(raw: str) -> str:
+    """A search query as the environment sends it: quotes stripped, white space collapsed."""
+    return " ".join(raw.replace('"', " ").replace("\u201c", " ").replace("\u201d", " ").split())
+
+
+def split_queries(query: str, separator: str, limit: int) -> list[str]:
+    """The queries of one block in multi-query mode: split on the separator, cleaned, empties dropped,
+    at most `limit` (the rest are ignored, which keeps one block from fanning out without bound)."""
+    if limit <= 1:
+        return [query]
+    parts = [clean_query(q) for q in query.split(separator)]
+    return [q for q in parts if q][:limit] or [query]

@@ -11,28 +11,32 @@ from pathlib import Path
 from searchrl.config import ConfigError, load
 from searchrl.jsonl import RecordError, read_jsonl
 from searchrl.paths import CONFIGS
-from searchrl.protocols.r1_searcher import ANSWER_CLOSE, BEGIN_DOCS, END_DOCS
+from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, TagProtocol, get_protocol
 from searchrl.stage.config import ModelConfig
 from searchrl.stage.templates import load_tokenizer, render_prompt
 
 
-def trajectory_messages(prompt: str, solution: str, eos: str) -> list[dict[str, str]]:
-    """A trajectory in the protocol as OpenRLHF SFT messages: each documents block (with the newlines
-    after it) is a `tool` turn, kept out of the loss; the policy's text between blocks is `assistant`
+def trajectory_messages(
+    prompt: str, solution: str, eos: str, protocol: TagProtocol | None = None
+) -> list[dict[str, str]]:
+    """A trajectory in the protocol (R1-Searcher's by default) as OpenRLHF SFT messages: each documents block (with
+    the newlines after it) is a `tool` turn, kept out of the loss; the policy's text between blocks is `assistant`
     turns. The newlines a policy writes before a block stay with it, as they do in a rollout (a Qwen
     token merges them with `|>`). The last turn ends with `eos` when the trajectory ended with an answer."""
+    protocol = protocol or get_protocol(DEFAULT_PROTOCOL)
+    opening, closing = protocol.DOCUMENTS_OPEN, protocol.DOCUMENTS_CLOSE
     messages = [{"role": "user", "content": prompt}]
     rest = solution
-    while BEGIN_DOCS in rest:
-        head, tail = rest.split(BEGIN_DOCS, 1)
-        if END_DOCS not in tail:
+    while opening in rest:
+        head, tail = rest.split(opening, 1)
+        if closing not in tail:
             break
-        body, rest = tail.split(END_DOCS, 1)
+        body, rest = tail.split(closing, 1)
         after = len(rest) - len(rest.lstrip("\n"))
         messages.append({"role": "assistant", "content": head})
-        messages.append({"role": "tool", "content": BEGIN_DOCS + body + END_DOCS + rest[:after]})
+        messages.append({"role": "tool", "content": opening + body + closing + rest[:after]})
         rest = rest[after:]
-    ended = ANSWER_CLOSE in rest
+    ended = protocol.answered(rest)
     messages.append({"role": "assistant", "content": rest.rstrip() + eos if ended else rest})
     return [m for m in messages if m["content"]]
 
@@ -47,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=str(CONFIGS / "models/qwen2.5-7b-base.yaml"), help="its template renders "
                    "the prompt from `question`; its tokenizer gives the EOS the last turn ends with")  # fmt: skip
     p.add_argument("--eos", default=None, help="the EOS text (default: the model tokenizer's)")
+    p.add_argument("--protocol", choices=PROTOCOL_NAMES, default=DEFAULT_PROTOCOL, help="the tags the trajectories "
+                   "are written in: its documents blocks become tool turns")  # fmt: skip
     args = p.parse_args(argv)
     try:
         model = load(ModelConfig, args.model)
@@ -63,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             prompt = r.get("prompt") or render_prompt(model, r.get("question", ""), tokenizer)
             if not prompt or not (r.get("prompt") or r.get("question")):
                 raise RecordError(f"{args.input}: record {i}: needs `prompt` or `question`")
-            rows.append({"messages": trajectory_messages(prompt, solution, eos), "label": r.get("answer")})
+            messages = trajectory_messages(prompt, solution, eos, get_protocol(args.protocol))
+            rows.append({"messages": messages, "label": r.get("answer")})
     except (ConfigError, RecordError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

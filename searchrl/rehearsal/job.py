@@ -30,7 +30,7 @@ import ray
 import torch
 
 from searchrl.config import load
-from searchrl.protocols import TagProtocol, get_protocol, r1_searcher
+from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, get_protocol
 from searchrl.rehearsal.openrlhf_source import experience_maker_class
 from searchrl.rollout.agent import config_source, stage_from_env
 from searchrl.rollout.engines import CompletionOutput, RequestOutput, SamplingParams, recorded_actions
@@ -38,6 +38,8 @@ from searchrl.stage.config import ModelConfig
 from searchrl.stage.openrlhf_flags import validated_args
 from searchrl.stage.templates import load_tokenizer
 from searchrl.tiny_policy.model import build_tokenizer
+
+DEFAULT = get_protocol(DEFAULT_PROTOCOL)
 
 MARKER = "SEARCHRL_REHEARSAL "
 
@@ -78,7 +80,7 @@ class ReplayVllmEngine:
     the first token that completes a stop string (kept whole, text cut at the stop string), at
     `max_tokens` ("length"), or with EOS after the final action."""
 
-    def __init__(self, tokenizer: Any, recordings: dict[str, str], protocol: TagProtocol = r1_searcher) -> None:
+    def __init__(self, tokenizer: Any, recordings: dict[str, str], protocol: TagProtocol = DEFAULT) -> None:
         self.tokenizer = tokenizer
         self.protocol = protocol
         self.actions = {prompt: recorded_actions(text, protocol) for prompt, text in recordings.items()}

@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from searchrl.protocols import TagProtocol, r1_searcher
+from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, get_protocol
 from searchrl.protocols.segments import policy_segments
+
+DEFAULT = get_protocol(DEFAULT_PROTOCOL)
 
 
 @dataclass
@@ -113,7 +115,7 @@ class HFEngine:
         return await asyncio.to_thread(self._generate, list(prompt_token_ids), sampling_params)
 
 
-def recorded_actions(trajectory: str, protocol: TagProtocol = r1_searcher) -> list[str]:
+def recorded_actions(trajectory: str, protocol: TagProtocol = DEFAULT) -> list[str]:
     """The model's own segments of a recorded trajectory: the text up to each search action's close,
     with the documents the environment returned then left out, and the final segment."""
     return policy_segments(trajectory, protocol.SEARCH_CLOSE, protocol.DOCUMENTS_OPEN, protocol.DOCUMENTS_CLOSE)
@@ -123,7 +125,7 @@ class ReplayEngine:
     """Re-emits recorded actions: for a prompt it knows, segment i is the i-th recorded action, where
     i is the number of documents blocks the environment has appended so far."""
 
-    def __init__(self, tokenizer: Any, recordings: dict[str, str], protocol: TagProtocol = r1_searcher) -> None:
+    def __init__(self, tokenizer: Any, recordings: dict[str, str], protocol: TagProtocol = DEFAULT) -> None:
         self.tokenizer = tokenizer
         self.protocol = protocol
         self.actions = {prompt: recorded_actions(traj, protocol) for prompt, traj in recordings.items()}

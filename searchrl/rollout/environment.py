@@ -15,14 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from searchrl.metrics import as_golds, normalize_answer
-from searchrl.protocols import TagProtocol, r1_searcher
-from searchrl.protocols.r1_searcher import split_queries
+from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, get_protocol
+from searchrl.protocols.segments import split_queries
 from searchrl.reward.components import documents_contain, evidence_golds, process_reward
 from searchrl.reward.spec import RewardSpec
 from searchrl.rollout.reward_client import RewardClient, RewardResult
 from searchrl.routing.llm_router import UNROUTED
 from searchrl.search.base import Passage, SearchBackend, SearchError, SearchRefusedError, r1_text
 from searchrl.stage.config import EpisodeConfig
+
+DEFAULT = get_protocol(DEFAULT_PROTOCOL)
 
 log = logging.getLogger("searchrl.rollout.environment")
 # A retrieval outage fails every episode's search at once; one warning per interval, with the count, says so
@@ -78,7 +80,7 @@ class SearchEnvironment:
         search: SearchBackend,
         episode: EpisodeConfig,
         reward: RewardSpec | None = None,
-        protocol: TagProtocol = r1_searcher,
+        protocol: TagProtocol = DEFAULT,
     ) -> None:
         """`reward`: the spec whose process weight the episode's end applies (None: no process term); `protocol`:
         the tags the policy writes and the documents come back in."""
