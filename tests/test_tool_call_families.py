@@ -1,4 +1,4 @@
-"""The tool-call protocol on the original chat templates of today's open families (tests/fixtures/chat_templates/,
+"""The tool-call protocol on the original chat templates of today's open families (examples/chat_templates/,
 from TRL's wheel), each on a tiny local tokenizer: the binding finds the family's call form, the call the template
 renders for `search(query=Q)` reads back as Q, the documents come back as the template's own tool turn, the episode
 the agent builds is what the template renders for it, and the reward pays a clean call and a right answer in full."""
@@ -15,7 +15,7 @@ from searchrl.reward.spec import RewardSpec
 from searchrl.tiny_policy.model import build_tokenizer
 from tests.conftest import ROOT
 
-TEMPLATES = ROOT / "tests/fixtures/chat_templates"
+TEMPLATES = ROOT / "examples/chat_templates"
 QUERY = "Citibank founder"
 DOCS = "Doc 1 (Title: Citibank) Citibank was founded in 1812 by Samuel Osgood."
 REASONING = "I should look it up."
