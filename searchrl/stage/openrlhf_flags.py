@@ -11,10 +11,16 @@ import argparse
 import ast
 import importlib.util
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+# CPython before 3.11.8 keeps the AST validator's recursion depth in state the threads share (gh-106905): two threads
+# parsing or compiling at once fail with "AST constructor recursion depth mismatch", as a stage and its lr = 0 control
+# planned side by side once did. Every parse and compile of OpenRLHF's source here holds this lock.
+AST_LOCK = threading.RLock()
 
 VERSION = "0.11.2"
 
@@ -52,8 +58,13 @@ def _stdlib(module: str) -> bool:
     return module.split(".")[0] in sys.stdlib_module_names
 
 
-@cache
 def build_parser(path: str | None = None) -> argparse.ArgumentParser:
+    with AST_LOCK:
+        return _build_parser(path)
+
+
+@cache
+def _build_parser(path: str | None = None) -> argparse.ArgumentParser:
     source = Path(path) if path else _source_path()
     tree = ast.parse(source.read_text(encoding="utf-8"))
     namespace: dict[str, Any] = {"argparse": argparse}
@@ -148,11 +159,13 @@ def validated_args(args: Sequence[str], path: str | None = None) -> Any:
     the failed check."""
     parsed = check_args(args, path)
     source = Path(path) if path else _source_path()
-    tree = ast.parse(source.read_text(encoding="utf-8"))
     namespace: dict[str, Any] = {"args": parsed}
-    statements = _standalone_imports(_validation_statements(tree), namespace)
+    with AST_LOCK:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        statements = _standalone_imports(_validation_statements(tree), namespace)
+        code = compile(ast.Module(body=statements, type_ignores=[]), str(source), "exec")
     try:
-        exec(compile(ast.Module(body=statements, type_ignores=[]), str(source), "exec"), namespace)  # noqa: S102
+        exec(code, namespace)  # noqa: S102
     except AssertionError as e:
         raise ValueError(f"OpenRLHF {VERSION} refuses these flags: {e}") from None
     return namespace["args"]
