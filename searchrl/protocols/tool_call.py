@@ -8,14 +8,16 @@ in `<answer>`, as in the other protocols. A call that cannot be read, names anot
 no search: the episode ends there and the reward names the problem (`violation_tool_call`).
 
 `with_template` finds the family from what the tokenizer's chat template renders for a call of `search`, and
-derives its tool turn, once per process. Without a tokenizer (the reward server, config checks) the protocol holds
-Qwen's ChatML turn and the reward reads every family's calls and tool turns; a template whose call or turn it
-could not read is refused when it is bound, with the reason.
+derives its tool turn and how its policy writes a recorded trajectory's turns (the rehearsal's replay), once per
+process. Without a tokenizer (the reward server, config checks) the protocol holds Qwen's ChatML turn and the reward
+reads every family's calls and tool turns; a template whose call or turn it could not read is refused when it is
+bound, with the reason.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,6 +72,15 @@ _CALL_PAIRS = (("<tool_call>", "</tool_call>"), ("<|tool_call>", "<tool_call|>")
 # A tool result that the JSON-encoding templates (Llama 3, gpt-oss) show escaped: the binding tells which.
 _SENTINEL = 'searchrl "tool"\nresult'
 _PROBE_QUERY = "searchrl probe"
+# The marks a replay's forms are cut at; the query holds quotes, a backslash and a non-ASCII letter, so how the
+# template writes it tells how it encodes one.
+_REASONING_MARK, _ANSWER_MARK = "searchrl reasoning", "searchrl answer"
+_REPLAY_QUERY = 'searchrl "replay" \\ \u00e9'
+_QUERY_ENCODINGS = {
+    "json": lambda q: json.dumps(q, ensure_ascii=False)[1:-1],
+    "json-ascii": lambda q: json.dumps(q)[1:-1],
+    "raw": lambda q: q,
+}
 
 
 def _checked(name: Any, arguments: Any) -> tuple[str | None, str | None]:
@@ -217,6 +228,133 @@ def tool_turn(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> 
 
 
 @dataclass(frozen=True)
+class Replay:
+    """How a bound template's policy writes the turns of a recorded trajectory, each as the text around its slots:
+    `call` before the reasoning, between it and the query, after the query (through the call's stop); `answer` before
+    the reasoning and between it and the answer; `thought` around reasoning that neither calls nor answers.
+    `reasons`: the template's thinking is on (or its family always reasons); off, the reasoning is left out."""
+
+    call: tuple[str, str, str]
+    answer: tuple[str, str]
+    thought: tuple[str, str]
+    reasons: bool
+    encoding: str  # how the call writes its query: a key of _QUERY_ENCODINGS
+
+    def search(self, reasoning: str, query: str) -> str:
+        before, between, after = self.call
+        return f"{before}{reasoning if self.reasons else ''}{between}{_QUERY_ENCODINGS[self.encoding](query)}{after}"
+
+    def final(self, reasoning: str, answer: str) -> str:
+        before, between = self.answer
+        return f"{before}{reasoning if self.reasons else ''}{between}{ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
+
+    def unfinished(self, reasoning: str) -> str:
+        return f"{self.thought[0]}{reasoning}{self.thought[1]}"
+
+    def write(self, reasoning: str, query: str | None, answer: str | None) -> str:
+        """One recorded turn (`r1_searcher.recorded_turns`): a search, else an answer, else the reasoning alone."""
+        if query:
+            return self.search(reasoning, query)
+        return self.final(reasoning, answer) if answer is not None else self.unfinished(reasoning)
+
+
+# Qwen3's with thinking on, as the unbound protocol has always replayed a recording: the JSON call's query as
+# `json.dumps` writes it (ASCII-escaped), the answer after a think block like the call's.
+_QWEN_THINK = (f"{THINK_OPEN}\n", f"\n{THINK_CLOSE}\n\n")
+QWEN_REPLAY = Replay(
+    call=(
+        _QWEN_THINK[0],
+        f'{_QWEN_THINK[1]}{CALL_OPEN}\n{{"name": "{TOOL_NAME}", "arguments": {{"{QUERY_ARGUMENT}": "',
+        f'"}}}}\n{CALL_CLOSE}',
+    ),
+    answer=_QWEN_THINK,
+    thought=_QWEN_THINK,
+    reasons=True,
+    encoding="json-ascii",
+)
+
+
+def _written(context: str, rendered: str) -> str:
+    """What the policy writes after the generation prompt `context` for the turn that `rendered` ends with. Where
+    the template re-renders its own prompt otherwise (Qwen3 drops the empty think block it closed), the common part
+    ends at the last line or tag before they differ, not inside a tag both happen to start alike."""
+    at = len(os.path.commonprefix([context, rendered]))
+    if at < len(context):
+        at = max(context.rfind("\n", 0, at), context.rfind(">", 0, at)) + 1
+    return rendered[at:]
+
+
+def _cut(text: str, mark: str) -> tuple[str, str]:
+    at = text.find(mark)
+    if at < 0:
+        raise ValueError(f"the template's rendering leaves out {mark!r}")
+    return text[:at], text[at + len(mark) :]
+
+
+def replay_form(tokenizer: Any, form: CallForm, template_kwargs: dict[str, Any] | None = None) -> Replay:
+    """The turns of a recorded trajectory as the template renders them: a call of `search` and a final answer,
+    each after the generation prompt the policy continues, with reasoning where the thinking switch is on; a
+    ValueError where a form cannot be read off the rendering."""
+    kwargs = {k: v for k, v in (template_kwargs or {}).items() if k != "tools"}
+
+    def render(messages: list[dict[str, Any]], generate: bool = True, **switch: Any) -> str:
+        return tokenizer.apply_chat_template(
+            messages, tools=TOOLS, tokenize=False, add_generation_prompt=generate, **{**kwargs, **switch}
+        )
+
+    def assistant(reasoning: str | None, content: str = "", query: str | None = None) -> dict[str, Any]:
+        turn: dict[str, Any] = {"role": "assistant", "content": content}
+        if query is not None:
+            function = {"name": TOOL_NAME, "arguments": {QUERY_ARGUMENT: query}}
+            turn["tool_calls"] = [{"type": "function", "function": function}]
+        if reasoning is not None:  # gpt-oss reads `thinking`, the others `reasoning_content`
+            turn["reasoning_content"] = turn["thinking"] = reasoning
+        return turn
+
+    user, tool = {"role": "user", "content": "?"}, {"role": "tool", "content": _SENTINEL}
+    prompt = render([user])
+    # Templates render past reasoning whatever the switch: whether the policy reasons now is what the switch does
+    # to the generation prompt; a template the switch leaves alone reasons where it renders reasoning (gpt-oss).
+    on, off = render([user], enable_thinking=True), render([user], enable_thinking=False)
+    reasoned = _written(prompt, render([user, assistant(_REASONING_MARK, query=_REPLAY_QUERY), tool]))
+    reasons = _REASONING_MARK in reasoned and (on == off or prompt == on)
+    written = reasoned if reasons else _written(prompt, render([user, assistant(None, query=_REPLAY_QUERY), tool]))
+    calls = find_calls(written, form)
+    if not calls:
+        raise ValueError(f"the template renders no {form.name} call to replay")
+    span_at = written.index(calls[0][0])
+    call = written[: written.index(form.stop, span_at) + len(form.stop)]
+    encoding = next((k for k, encode in _QUERY_ENCODINGS.items() if encode(_REPLAY_QUERY) in calls[0][0]), None)
+    if encoding is None:
+        raise ValueError("the template writes the query in an encoding the replay does not know")
+    head, after = _cut(call, _QUERY_ENCODINGS[encoding](_REPLAY_QUERY))
+    before, between = _cut(head, _REASONING_MARK) if reasons else ("", head)
+    opened = (before, call[len(before) + len(_REASONING_MARK) : span_at]) if reasons else ("", "")
+
+    # The answer after a tool turn, the history's call without reasoning: gpt-oss drops a call's analysis from
+    # history once a final answer follows, which would make the history differ from the prompt the policy saw.
+    history = [user, assistant(None, query=_PROBE_QUERY), tool]
+    context = render(history)
+    lead = _cut(
+        _written(context, render([*history, assistant(_REASONING_MARK if reasons else None, _ANSWER_MARK)], False)),
+        _ANSWER_MARK,
+    )[0]
+    if not reasons:
+        answer = ("", lead)
+    elif _REASONING_MARK in lead:
+        answer = _cut(lead, _REASONING_MARK)
+    else:
+        # Gemma 4 renders reasoning only before calls: the policy writes it before its answer as it does there.
+        plain = _cut(_written(context, render([*history, assistant(None, _ANSWER_MARK)], False)), _ANSWER_MARK)[0]
+        answer = opened[0], opened[1] + plain
+    replay = Replay((before, between, after), answer, opened, reasons, encoding)
+    probe = find_calls(own_text(replay.search("", _PROBE_QUERY)), form)
+    if not probe or read_span(probe[-1][0], form)[0] != _PROBE_QUERY:
+        raise ValueError(f"the replayed {form.name} call does not read back")
+    return replay
+
+
+@dataclass(frozen=True)
 class ParsedSolution:
     text: str
     own: str
@@ -301,6 +439,9 @@ class ToolCallProtocol:
     turn: ToolTurn = field(default_factory=ToolTurn)
     form: CallForm = HERMES_JSON
     reader: dict[str, Any] | None = None
+    # How the bound template writes a recorded trajectory's turns; `replay_problem`: why it could not be read off.
+    replay: Replay = QWEN_REPLAY
+    replay_problem: str | None = None
     NAME = NAME
     PROMPT = PROMPT
     PROMPT_END = PROMPT_END
@@ -335,7 +476,15 @@ class ToolCallProtocol:
 
     def with_template(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> ToolCallProtocol:
         form, turn = bind(tokenizer, template_kwargs)
-        return ToolCallProtocol(turn, form, getattr(tokenizer, "response_template", None))
+        from jinja2 import TemplateError
+
+        reader = getattr(tokenizer, "response_template", None)
+        try:
+            replay = replay_form(tokenizer, form, template_kwargs)
+        except (TemplateError, TypeError, ValueError) as e:
+            # Training needs only the call and the tool turn; the rehearsal's replay is refused when it asks.
+            return ToolCallProtocol(turn, form, reader, replay_problem=str(e))
+        return ToolCallProtocol(turn, form, reader, replay)
 
     def stops(self, stop_after_answer: bool) -> list[str]:
         return [self.form.stop, ANSWER_CLOSE] if stop_after_answer else [self.form.stop]
@@ -382,20 +531,14 @@ class ToolCallProtocol:
         raise ValueError("the tool-call protocol sends one query a call")
 
     def from_r1_searcher(self, trajectory: str) -> str:
-        """An R1-Searcher trajectory as a tool-calling policy writes it: each segment's reasoning in a think block,
-        its query as a call, the final answer in `<answer>`; the documents left out (the environment appends its
-        own tool turns)."""
-        out = []
-        for reasoning, query, answer in r1.recorded_turns(trajectory):
-            thought = f"{THINK_OPEN}\n{reasoning}\n{THINK_CLOSE}\n\n"
-            if query:
-                call = json.dumps({"name": TOOL_NAME, "arguments": {QUERY_ARGUMENT: query}})
-                out.append(f"{thought}{CALL_OPEN}\n{call}\n{CALL_CLOSE}")
-            elif answer is not None:
-                out.append(f"{thought}{ANSWER_OPEN} {answer} {ANSWER_CLOSE}")
-            else:
-                out.append(thought)
-        return "".join(out)
+        """An R1-Searcher trajectory as a tool-calling policy writes it: each segment's reasoning, its query as a
+        call and the final answer in `<answer>`, in the bound template's form (unbound, Qwen3's: a think block and
+        a JSON call); the documents left out (the environment appends its own tool turns)."""
+        if self.replay_problem is not None:
+            raise ValueError(
+                f"protocol tool-call: cannot replay a recording in this template's form: {self.replay_problem}"
+            )
+        return "".join(self.replay.write(*turn) for turn in r1.recorded_turns(trajectory))
 
 
 DEFAULT = ToolCallProtocol()
