@@ -6,6 +6,7 @@ tokens, action ranges, rewards and extra_logs are those of the same group run wi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from copy import deepcopy
 
 import torch
@@ -34,6 +35,10 @@ class Steer:
         self.target: list[int] = []
         self.segment = 0
         self.step = 0
+        # (segment, step) at which `hold` runs once, from the sampler's thread: a pause requested there parks the
+        # batch at exactly that token (a pause requested from the event loop could arrive after the segment ended).
+        self.hold_at: tuple[int, int] | None = None
+        self.hold: Callable[[], None] | None = None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.start is None:
@@ -41,6 +46,9 @@ class Steer:
             self.segment = self.tok.decode(input_ids[0, self.prompt_len :]).count(BEGIN_DOCS)
             self.target = self.segments[min(self.segment, len(self.segments) - 1)]
         self.step = input_ids.shape[1] - self.start
+        if self.hold is not None and (self.segment, self.step) == self.hold_at:
+            self.hold, hold = None, self.hold
+            hold()
         forced = torch.full_like(scores, -float("inf"))
         forced[:, self.target[min(self.step, len(self.target) - 1)]] = 0.0
         return forced
@@ -66,6 +74,10 @@ def run_group(servers, tokenizer, model, sync_mid_episode: bool):  # noqa: F811
     scripts = [[SEARCH, ANSWER], [SEARCH, SEARCH_AGAIN, ANSWER]] * 2
     engines = [StandInEngine(model, tokenizer, Steer(tokenizer, prompt, s)) for s in scripts]
     twice = [e for e, s in zip(engines, scripts, strict=True) if len(s) == 3]
+    if sync_mid_episode:
+        # The two-search episodes park a few tokens into their second query, as a pause caught them there.
+        for e in twice:
+            e.steer.hold_at, e.steer.hold = (1, 3), e.sampler._go.clear
 
     async def group():
         executor = load_agent_executor(ROOT / "stage2_answer/agent_func.py")
@@ -87,8 +99,8 @@ def run_group(servers, tokenizer, model, sync_mid_episode: bool):  # noqa: F811
             )
             if sync_mid_episode:
                 # The partial-rollout sync, as PPOTrainerAsync makes it: pause every engine once the two-search
-                # episodes are a few tokens into their second query, change the weights, resume.
-                while not all(e.steer.segment == 1 and e.steer.step >= 3 for e in twice):
+                # episodes are parked a few tokens into their second query, change the weights, resume.
+                while not all(e.sampler.paused and e.sampler.quiet and e.steer.segment == 1 for e in twice):
                     await asyncio.sleep(0.002)
                 await asyncio.gather(*(e.sampler.pause() for e in engines))
                 parked = [e.steer.step for e in twice]
