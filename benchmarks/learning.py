@@ -50,7 +50,7 @@ from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # n
 from searchrl.protocols import get_protocol  # noqa: E402
 from searchrl.rehearsal import training as train_rehearsal  # noqa: E402
 from searchrl.rehearsal.inputs import EVERYONE, TRAINING_SPLITS, rehearsal_index  # noqa: E402
-from searchrl.rehearsal.ray_head import RayHead  # noqa: E402
+from searchrl.rehearsal.ray_head import open_head  # noqa: E402
 from searchrl.rehearsal.warm_start import SPEAKERS, base_template, content_sha256  # noqa: E402
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start  # noqa: E402
 from searchrl.rollout.environment import SearchEnvironment  # noqa: E402
@@ -144,7 +144,7 @@ class Servers:
         self.reward_urls: dict[str, str] = {}
         # One Ray head for every training run: its start-up is paid once, not once a run. A logical GPU for each
         # run that trains side by side: a stage's run, its lr = 0 control and the stage-2 options.
-        self.head = RayHead(work, num_cpus=4 * parallel, num_gpus=parallel)
+        self.head = open_head(work, num_cpus=4 * parallel, num_gpus=parallel)
 
     def reward_url(self, stage: str, overrides: list[str]) -> str:
         key = f"{stage}:{','.join(overrides)}"

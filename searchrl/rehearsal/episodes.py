@@ -27,7 +27,7 @@ from searchrl.protocols import get_protocol
 from searchrl.rehearsal.cpu_layer import with_rehearsal_code
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_name, rehearsal_index
 from searchrl.rehearsal.job import MARKER
-from searchrl.rehearsal.ray_head import RayHead
+from searchrl.rehearsal.ray_head import Head, open_head
 from searchrl.routing.llm_router import LLMRouterBackend, RouterConfig
 from searchrl.routing.loopback_pool import repoint, start_loopback
 from searchrl.routing.routed_recordings import by_price, route_trajectory
@@ -220,7 +220,7 @@ def start_servers(
     print(f"[rehearse] reward server :{reward_port}", flush=True)
 
 
-def submit(head: RayHead, env: dict[str, Any], plan: dict[str, Any], episodes: int, recordings: Path, stage_dir: Path):
+def submit(head: Head, env: dict[str, Any], plan: dict[str, Any], episodes: int, recordings: Path, stage_dir: Path):
     """`ray job submit` of the rollout job, as a real submit uploads it plus the rehearsal code the job runs;
     returns the job's result line and the submit's exit."""
     cmd = [
@@ -266,7 +266,7 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
     stage_dir.mkdir(parents=True, exist_ok=True)
     n = int(_override_value(overrides, "openrlhf.rollout.n_samples_per_prompt") or SAMPLES_PER_PROMPT)
     started: list[Any] = []
-    head: RayHead | None = None
+    head: Head | None = None
     t0 = time.monotonic()
     try:
         prompts = max(1, math.ceil(episodes / n))
@@ -279,7 +279,7 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
         print(f"[rehearse] preflight for {plan['stage'].stage}:", flush=True)
         preflight_ok = preflight.report(preflight.submission_checks(plan, env, REHEARSAL_DIR / "servers"))
         package = preflight.build_package(env, stage_dir / "package.zip")
-        head = RayHead(stage_dir)
+        head = open_head(stage_dir)
         head.wait()
         print(f"[rehearse] Ray head {head.address} (log {head.log})", flush=True)
         job, exit_code = submit(head, env, plan, episodes, recordings, stage_dir)

@@ -1,9 +1,16 @@
 """A local Ray head for the rehearsals: loopback only, every port chosen free in one block, its own temp dir,
-stopped by the ids of the processes it started."""
+stopped by the ids of the processes it started.
+
+`python -m searchrl.rehearsal.ray_head --descriptor FILE` keeps one head up for several rehearsals run one after
+another (CI's lanes): with $SEARCHRL_RAY_HEAD naming that file, `open_head` hands each rehearsal the running head
+instead of starting its own, and the rehearsal leaves it running.
+"""
 
 from __future__ import annotations
 
+import argparse
 import fcntl
+import json
 import os
 import random
 import shutil
@@ -18,6 +25,8 @@ from pathlib import Path
 import httpx
 
 from searchrl.process import venv_first
+
+HEAD_ENV = "SEARCHRL_RAY_HEAD"
 
 RAY_NAMED_PORTS = (
     "gcs",
@@ -109,6 +118,42 @@ def port_free(port: int) -> bool:
     return True
 
 
+def head_env() -> dict[str, str]:
+    """The environment the head and the `ray job submit` calls against it run in."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
+    env.pop(HEAD_ENV, None)
+    # Ray gives each of the dashboard's 9 module processes 30 s to start; on 2 loaded cores (two benchmarks, each
+    # training two jobs) one took longer, the dashboard died and no job server ever answered.
+    env.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
+    env["PATH"] = venv_first(env.get("PATH"))
+    return env
+
+
+def job_server_answers(address: str) -> bool:
+    try:
+        return httpx.get(f"{address}/api/version", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 class RayHead:
     """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
     ids of the processes it started."""
@@ -120,12 +165,7 @@ class RayHead:
         self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))  # short: Ray's socket paths have a length limit
         self.log = workdir / "ray_head.log"
         self.log.write_bytes(b"")  # appended to by each start, so a failed one's output stays beside the retry's
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
-        # Ray gives each of the dashboard's 9 module processes 30 s to start; on 2 loaded cores (two benchmarks, each
-        # training two jobs) one took longer, the dashboard died and no job server ever answered.
-        env.setdefault("RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "180")
-        env["PATH"] = venv_first(env.get("PATH"))
-        self.env = env
+        self.env = head_env()
         self.launch()
 
     def launch(self) -> None:
@@ -187,11 +227,8 @@ class RayHead:
                 self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-"))
                 self.launch()
                 continue
-            try:
-                if httpx.get(f"{self.address}/api/version", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if job_server_answers(self.address):
+                return
             time.sleep(0.5)
         raise TimeoutError(f"the Ray head's job server did not answer within {timeout_s:.0f}s; see {self.log}")
 
@@ -205,20 +242,7 @@ class RayHead:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     def descendants(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        found, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            for child in children.get(pid, []):
-                found.append(child)
-                todo.append(child)
-        return found
+        return descendants(self.proc.pid)
 
     def stop(self) -> None:
         pids = [self.proc.pid, *self.descendants()]
@@ -237,3 +261,94 @@ class RayHead:
             self.proc.wait(10)
         shutil.rmtree(self.temp, ignore_errors=True)
         release_block(self.first_port)
+
+
+class SharedHead:
+    """A head another process keeps up (`python -m searchrl.rehearsal.ray_head`), read from its descriptor file:
+    jobs are submitted to it as to a head of one's own, and `stop` leaves it running for the next rehearsal."""
+
+    def __init__(self, descriptor: Path) -> None:
+        try:
+            d = json.loads(descriptor.read_text(encoding="utf-8"))
+            self.address: str = d["address"]
+            self.pid: int = int(d["pid"])
+            self.num_cpus: int = int(d["num_cpus"])
+            self.num_gpus: int = int(d["num_gpus"])
+            self.log = Path(d["log"])
+        except (OSError, ValueError, KeyError) as e:
+            raise RuntimeError(
+                f"${HEAD_ENV}={descriptor}: not a running head's descriptor ({e}); start one with "
+                "`python -m searchrl.rehearsal.ray_head --descriptor FILE`, or unset it to start a head per rehearsal"
+            ) from None
+        self.env = head_env()
+
+    def wait(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if job_server_answers(self.address):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"the shared Ray head at {self.address} (${HEAD_ENV}) did not answer; see {self.log}")
+
+    def descendants(self) -> list[int]:
+        return descendants(self.pid)
+
+    def stop(self) -> None:
+        """Left running: its owner stops it."""
+
+
+# What a rehearsal submits its jobs to: a head of its own or the shared one.
+Head = RayHead | SharedHead
+
+
+def open_head(workdir: Path, num_cpus: int = 4, num_gpus: int = 0) -> Head:
+    """The shared head $SEARCHRL_RAY_HEAD names when set (refused when smaller than the job needs: its placement
+    group would wait for resources that never come), else a new head of this size."""
+    path = os.environ.get(HEAD_ENV)
+    if not path:
+        return RayHead(workdir, num_cpus=num_cpus, num_gpus=num_gpus)
+    head = SharedHead(Path(path))
+    if head.num_cpus < num_cpus or head.num_gpus < num_gpus:
+        raise RuntimeError(
+            f"the shared Ray head (${HEAD_ENV}={path}) has {head.num_cpus} CPUs and {head.num_gpus} logical GPUs; "
+            f"this rehearsal needs {num_cpus} and {num_gpus}: start it with more (--num-cpus, --num-gpus)"
+        )
+    return head
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Starts a head, writes its descriptor once its job server answers, and stops it on SIGTERM or SIGINT."""
+    p = argparse.ArgumentParser(prog="python -m searchrl.rehearsal.ray_head", description=main.__doc__)
+    p.add_argument("--descriptor", type=Path, required=True, help=f"the file ${HEAD_ENV} is to name")
+    p.add_argument("--num-cpus", type=int, default=8)
+    p.add_argument("--num-gpus", type=int, default=2, help="logical GPUs: OpenRLHF places its actors by GPU bundles")
+    args = p.parse_args(argv)
+    args.descriptor.parent.mkdir(parents=True, exist_ok=True)
+    args.descriptor.unlink(missing_ok=True)
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    head = RayHead(args.descriptor.parent, num_cpus=args.num_cpus, num_gpus=args.num_gpus)
+    try:
+        head.wait()
+        record = {"address": head.address, "pid": head.proc.pid, "first_port": head.first_port}
+        record.update(num_cpus=head.num_cpus, num_gpus=head.num_gpus)
+        tmp = args.descriptor.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**record, "log": str(head.log)}), encoding="utf-8")
+        tmp.replace(args.descriptor)
+        print(f"[ray] shared head {head.address} ({args.descriptor})", flush=True)
+        while not stopping and head.proc.poll() is None:
+            time.sleep(0.5)
+    finally:
+        args.descriptor.unlink(missing_ok=True)
+        head.stop()
+    return 0 if stopping else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

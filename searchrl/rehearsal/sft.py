@@ -21,7 +21,7 @@ from searchrl.job.sft import ENTRY, plan_sft, torchrun
 from searchrl.paths import ROOT, RUNS
 from searchrl.rehearsal.cpu_layer import Override, runtime_env_with_cpu_layer
 from searchrl.rehearsal.inputs import passage_retriever
-from searchrl.rehearsal.ray_head import RayHead
+from searchrl.rehearsal.ray_head import open_head
 from searchrl.rehearsal.warm_start import base_template
 from searchrl.tiny_policy.mixture import build, fictional_questions, real_questions
 
@@ -63,7 +63,7 @@ def run_sft(
     env = runtime_env_with_cpu_layer({"working_dir": str(ROOT), "excludes": excludes(), "env_vars": {}}, cpu, None)
     for o in cpu:
         print(f"[cpu override] {o.flag}={o.value!r}: {o.reason}", flush=True)
-    head = RayHead(out, num_cpus=2, num_gpus=0)
+    head = open_head(out, num_cpus=2, num_gpus=0)
     log = out / "job.log"
     t0 = time.monotonic()
     try:

@@ -40,7 +40,7 @@ from searchrl.protocols import get_protocol
 from searchrl.rehearsal.cpu_layer import Override, cpu_overrides, runtime_env_with_cpu_layer
 from searchrl.rehearsal.episodes import stand_in_chat_model
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_prompts, rehearsal_index
-from searchrl.rehearsal.ray_head import RayHead
+from searchrl.rehearsal.ray_head import Head, open_head
 from searchrl.rehearsal.warm_start import ensure as ensure_warm_start
 from searchrl.stage.config import STAGES, load_stage, stage_config_file, stage_package
 from searchrl.stage.schedules import gpus_needed
@@ -58,7 +58,7 @@ DEFAULT_LR = 3e-4
 DYNAMIC_FILTERING_POOL = 1.5
 
 
-def job_command(head: RayHead, env: dict[str, Any], train_args: list[str]) -> list[str]:
+def job_command(head: Head, env: dict[str, Any], train_args: list[str]) -> list[str]:
     ray = str(Path(sys.executable).parent / "ray")
     entry = ["python3", "-m", "searchrl.rehearsal.cpu.launch", ENTRY, *train_args]
     return [ray, "job", "submit", "--address", head.address, "--runtime-env-json", json.dumps(env), "--", *entry]
@@ -98,7 +98,7 @@ RAY_OWN = ("ray::JobSupervisor", "ray::IDLE", "ray::DashboardAgent", "ray::Runti
 
 
 def run_job(
-    head: RayHead,
+    head: Head,
     env: dict[str, Any],
     train_args: list[str],
     log: Path,
@@ -140,7 +140,7 @@ def run_job(
     return proc.returncode
 
 
-def kill_job(head: RayHead) -> list[str]:
+def kill_job(head: Head) -> list[str]:
     """SIGKILL the job's driver and its actors, as a crashed node or an OOM kill leaves them; the Ray head and
     its job supervisor live on, as a cluster does. Returns the names killed."""
     names = []
@@ -273,11 +273,11 @@ def previous_checkpoint_missing(out: Path) -> str | None:
     return None
 
 
-def head_for(head: RayHead | None, work: Path, gpus: int) -> RayHead:
+def head_for(head: Head | None, work: Path, gpus: int) -> Head:
     """A new head with the job's `gpus` logical GPUs, or the shared `head` when it has enough: with fewer, the
     job's placement group would wait for GPUs that never come, so that is refused instead."""
     if head is None:
-        return RayHead(work, num_cpus=4, num_gpus=gpus)
+        return open_head(work, num_cpus=4, num_gpus=gpus)
     if head.num_gpus < gpus:
         raise ConfigError(f"the shared Ray head has {head.num_gpus} logical GPUs and this job needs {gpus}")
     return head
@@ -441,7 +441,7 @@ def start_servers(run: TrainingRun, search_url: str | None, search_latency_s: fl
 
 
 def crash_check(
-    run: TrainingRun, head: RayHead, label: str, crash_after_step: int, killed: list[str]
+    run: TrainingRun, head: Head, label: str, crash_after_step: int, killed: list[str]
 ) -> tuple[int, dict[str, Any], Path, Path]:
     """After the job was killed mid-step: resubmit it from the last DeepSpeed checkpoint and read whether every step
     was logged once. Returns the resubmission's exit code, the check, and its sync log and job log."""
@@ -469,7 +469,7 @@ def crash_check(
     return code, crash, sync_log, job_log
 
 
-def resume_check(run: TrainingRun, head: RayHead, label: str, curves: dict[int, dict[str, float]]) -> bool:
+def resume_check(run: TrainingRun, head: Head, label: str, curves: dict[int, dict[str, float]]) -> bool:
     """One more pass resumed from the DeepSpeed checkpoint, in folders of its own: it must log steps after the
     first run's last."""
     resumed_tb = run.work / "resumed/tensorboard"
@@ -498,7 +498,7 @@ def train(
     pretrain: Path | None = None,
     lr: float = DEFAULT_LR,
     seed: int = 0,
-    head: RayHead | None = None,
+    head: Head | None = None,
     search_url: str | None = None,
     label: str = "train",
     search_latency_s: float = 0.0,
