@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,13 @@ from eval.suites import sample, search_r1_question, suite_em
 from eval.summary import EXIT_SEARCH_ERRORS, EXIT_UNJUDGED, score_summary
 from eval.verdicts import fill_verdicts
 from searchrl.config import ConfigError, load, validate
+from searchrl.episodes.reader import EPISODES_DIR
+from searchrl.episodes.record import EpisodeRecord
+from searchrl.episodes.sampler import MIN_WINDOWS, EpisodeSampler
 from searchrl.hub import load_causal_lm
 from searchrl.hub import load_tokenizer as hub_tokenizer
 from searchrl.jsonl import read_jsonl
-from searchrl.metrics import all_metrics, as_golds
+from searchrl.metrics import LabelError, all_metrics, as_golds
 from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, TagProtocol, bind_template, get_protocol
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
@@ -392,14 +396,18 @@ async def evaluate(
     failed = not_run = 0
     halted = False
     bar = tqdm(total=len(questions), initial=len(questions) - len(todo), desc=name, unit="q")
-    with path.open("a", encoding="utf-8") as fh:
+    # An evaluation is one step: every episode it runs is kept, in one window, for the run viewer.
+    kept = EpisodeSampler(run.out / EPISODES_DIR, max(1, len(todo)), max(1, len(todo)), MIN_WINDOWS)
+    with path.open("a", encoding="utf-8") as fh, kept:
         for start in range(0, len(todo), run.settings.batch_size):
             batch = todo[start : start + run.settings.batch_size]
             prompts = [render_prompt(run.model, q["question"], run.tokenizer, protocol.PROMPT_END) for q in batch]
             results = await run_episodes(run.engine, env, prompts, [q["answer"] for q in batch], params)
             for q, prompt, r in zip(batch, prompts, results, strict=True):
                 failed += r.episode.search_errors
-                fh.write(json.dumps(_answer_record(protocol, q, prompt, r), ensure_ascii=False) + "\n")
+                answered = _answer_record(protocol, q, prompt, r)
+                fh.write(json.dumps(answered, ensure_ascii=False) + "\n")
+                kept.offer(partial(_episode_record, protocol, answered, r, env.tokenizer))
             fh.flush()
             bar.update(len(batch))
             if failed:
@@ -448,6 +456,40 @@ def _answer_record(protocol: TagProtocol, q: dict[str, Any], prompt: str, r: Epi
         # record keeps what `eval.score` needs to read it again.
         record.update(protocol=protocol.NAME, prompt=prompt, turns=r.episode.turns)
     return record
+
+
+def _episode_record(
+    protocol: TagProtocol, answered: dict[str, Any], r: EpisodeResult, tokenizer: Any
+) -> EpisodeRecord:
+    """One question's episode as the run viewer reads every run's (searchrl/episodes/record.py): its EM is its
+    reward and score, its metrics and search figures its components."""
+    ep = r.episode
+    try:
+        gold = as_golds(answered["answer"])
+    except LabelError:
+        gold = []
+    metrics = answered["metrics"]
+    figures = {"num_searches": ep.num_searches, "search_errors": ep.search_errors, "truncated": r.truncated}
+    return EpisodeRecord(
+        time=time.time(),
+        source="eval",
+        protocol=protocol.NAME,
+        prompt=ep.prompt,
+        solution=ep.solution,
+        answer=protocol.policy_answer(ep.solution),
+        gold=gold,
+        reward=metrics["em"],
+        score=metrics["em"],
+        components={**metrics, **{k: float(v) for k, v in figures.items()}},
+        queries=list(ep.queries),
+        prompt_tokens=_tokens(tokenizer, ep.prompt),
+        response_tokens=_tokens(tokenizer, ep.solution),
+        search_seconds=ep.search_seconds,
+    )
+
+
+def _tokens(tokenizer: Any, text: str) -> int | None:
+    return None if tokenizer is None else len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _summary(name: str, path: Path, run: Run, population: int, halted: bool, not_run: int) -> dict[str, Any]:

@@ -79,6 +79,7 @@ COMMANDS: dict[str, Command] = {
         ("synthesize",),
     ),
     "health": Command("searchrl.health", "main", "training-health curves from TensorBoard logs, collapse flags"),
+    "view": Command("searchrl.view.app", "main", "a run's episodes and curves in the browser (a local page)"),
     "quickstart": Command("launch.quickstart", "main", "the main job on embedded defaults (CPU demo or real job)"),
 }
 

@@ -42,6 +42,7 @@ LAYERS = (
     ),
     "searchrl.protocols",
     "searchrl.reward",
+    "searchrl.episodes",
     "searchrl.routing",
     "searchrl.stage",
     "searchrl.rollout",
@@ -56,6 +57,7 @@ LAYERS = (
     "reward_server",
     "eval",
     "searchrl.rehearsal",
+    "searchrl.view",
     "launch",
     "benchmarks",
 )

@@ -18,6 +18,7 @@ from searchrl.stage.config import (
     STAGES,
     StageConfig,
     config_path,
+    default_episodes_dir,
     load_stage,
     stage_config_file,
     stage_package,
@@ -80,6 +81,16 @@ def starting_policy(stage: StageConfig, stage_file: Path, model_path: str) -> tu
     return model_path, "model config"
 
 
+def with_episodes_dir(stage: StageConfig) -> StageConfig:
+    """The stage with its episodes' folder absolute (`episodes.dir`, else beside its TensorBoard folder): the agent
+    runs in the job's uploaded copy of the code, where a relative path would land in Ray's temp folder, not beside
+    the run's curves. No folder when none are kept, or when the flags name no folder of the run."""
+    where = stage.episodes.dir or default_episodes_dir(stage.openrlhf)
+    if not stage.episodes.per_step or where is None:
+        return stage
+    return stage.model_copy(update={"episodes": stage.episodes.model_copy(update={"dir": absolute(where)})})
+
+
 def plan_stage(stage_name: str, model: str | None, overrides: list[str]) -> dict[str, Any]:
     """The stage, its model, the starting policy and the rendered OpenRLHF flags."""
     stage_file = stage_config_file(stage_name)
@@ -87,6 +98,7 @@ def plan_stage(stage_name: str, model: str | None, overrides: list[str]) -> dict
     stage, model_cfg = load_stage(stage_file, overrides)
     model_cfg = effective_model(model_cfg, stage)
     policy, policy_source = starting_policy(stage, stage_file, model_cfg.model_path)
+    stage = with_episodes_dir(stage)
     flags = {name: absolute(v) if name in PATH_FLAGS else v for name, v in stage.openrlhf.items()}
     flags["actor.model_name_or_path"] = policy
     flags["train.agent_func_path"] = f"{stage_package(stage.stage)}/agent_func.py"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from searchrl.config import ConfigError, load
+from searchrl.episodes.reader import EPISODES_DIR, episode_files, read_records
 from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
@@ -182,7 +184,9 @@ def episode_overrides(
         "ckpt.path": str(stage_dir / "ckpt"),
         "logger.tensorboard_dir": str(stage_dir / "tensorboard"),
     }
-    local = ["init_from=null", *(f"openrlhf.{k}={v}" for k, v in scale.items())]
+    # Every episode kept, by the job's own agent, in `episodes/` beside the rehearsal's TensorBoard folder.
+    kept = [f"episodes.per_step={prompts * n}", "episodes.source=rehearsal"]
+    local = ["init_from=null", *kept, *(f"openrlhf.{k}={v}" for k, v in scale.items())]
     return model, local, router, recordings
 
 
@@ -264,6 +268,8 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
         return 3
     stage_dir = REHEARSAL_DIR / stage
     stage_dir.mkdir(parents=True, exist_ok=True)
+    # The last rehearsal's records would read as this one's.
+    shutil.rmtree(stage_dir / EPISODES_DIR, ignore_errors=True)
     n = int(_override_value(overrides, "openrlhf.rollout.n_samples_per_prompt") or SAMPLES_PER_PROMPT)
     started: list[Any] = []
     head: Head | None = None
@@ -302,6 +308,7 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
         "stage": stage,
         "protocol": plan["stage"].protocol,
         "episodes_file": str(episodes_file),
+        "episode_records": len(read_records(episode_files(stage_dir), {})),
         **{key: job[key] for key in ("episodes", "finished", "budget_cut", "scored", "mean_reward", "min_reward")},
         **{key: job[key] for key in ("extra_logs_keys_consistent", "experience_batches_ok", "train_micro_batches")},
         "package_mib": round(package.mib, 2),

@@ -372,7 +372,7 @@ def set_up(
     work = out / stage
     work.mkdir(parents=True, exist_ok=True)
     _clean(work / "final", work / "ckpt", work / "tensorboard", work / "sync.jsonl", work / "resumed")
-    _clean(work / "crash_resume.sync.jsonl")
+    _clean(work / "crash_resume.sync.jsonl", work / "episodes")
     protocol = load_stage(stage_config_file(stage_name), overrides)[0].protocol
     start = starting_policy(stage, out, pretrain, protocol)
     base = plan_stage(stage_name, model, [*start, *overrides])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from contextvars import ContextVar
 from copy import deepcopy
 from dataclasses import dataclass
@@ -21,13 +22,16 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from searchrl.config import ConfigError, load
+from searchrl.episodes.record import EpisodeRecord
+from searchrl.episodes.sampler import EpisodeSampler
+from searchrl.metrics import LabelError, as_golds
 from searchrl.protocols import TagProtocol, bind_template, get_protocol, r1_searcher
 from searchrl.protocols.segments import cut_turn
 from searchrl.reward.group import EpisodeTerms
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient
 from searchrl.rollout.search_step import open_search_step
-from searchrl.stage.config import CONFIG_ENV, CONFIG_JSON_ENV, ModelConfig, StageConfig
+from searchrl.stage.config import CONFIG_ENV, CONFIG_JSON_ENV, ModelConfig, StageConfig, episode_share
 
 
 def config_source() -> str:
@@ -87,6 +91,8 @@ class Runtime:
     environment: SearchEnvironment
     rewards: RewardClient
     terms: EpisodeTerms | None = None
+    # The episodes kept for the run's viewer; None when the stage keeps none (or names no folder for them).
+    episodes: EpisodeSampler | None = None
 
     _current: ClassVar[Runtime | None] = None
 
@@ -101,7 +107,7 @@ class Runtime:
         terms = EpisodeTerms(stage.reward, int(stage.openrlhf.get("rollout.n_samples_per_prompt") or 1))
         protocol = get_protocol(stage.protocol)
         environment = SearchEnvironment(open_search_step(stage.search), stage.episode, stage.reward, protocol)
-        return cls(stage, environment, rewards, terms)
+        return cls(stage, environment, rewards, terms, episode_sampler(stage))
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -117,6 +123,15 @@ class Runtime:
     def install(cls, runtime: Runtime | None) -> None:
         """Make `runtime` the process's runtime (tests and the quickstart build their own)."""
         cls._current = runtime
+
+
+def episode_sampler(stage: StageConfig) -> EpisodeSampler | None:
+    """The stage's sample of episodes, in the folder its plan made absolute (searchrl/job/plan.py). A config that no
+    plan resolved (a test's, the quickstart's) names none, and keeps none rather than write under runs/."""
+    kept = stage.episodes
+    if not kept.per_step or kept.dir is None:
+        return None
+    return EpisodeSampler(kept.dir, kept.per_step, episode_share(stage.openrlhf), kept.max_windows)
 
 
 def template_kwargs(stage: StageConfig) -> dict[str, Any]:
@@ -198,6 +213,9 @@ class SearchAgentInstance(AgentInstanceBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.runtime = Runtime.current()
         self.episode: Episode | None = None
+        self.started = time.monotonic()
+        # Where each block the environment appended lies in the solution; None once one was not a plain append.
+        self.observations: list[tuple[int, int]] | None = []
         self.finished = False
         self.state = _EPISODE.get()
         if self.state is not None:
@@ -205,12 +223,15 @@ class SearchAgentInstance(AgentInstanceBase):
 
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         self.episode = Episode(prompt=states["observation"], label=states["label"])
+        self.started = time.monotonic()
+        self.observations = []
         return {"observation": states["observation"]}
 
     async def step(self, states: dict, **kwargs: Any) -> dict:
         assert self.episode is not None, "reset() must run before step()"
         env = self.runtime.environment
         outcome = await env.step(self.episode, states["action_text"])
+        self.observed(outcome.feedback)
         if not outcome.done:
             # No reward per step: OpenRLHF sums step rewards into the episode's one scalar anyway, and the
             # process term needs the outcome (environment.finish).
@@ -234,6 +255,8 @@ class SearchAgentInstance(AgentInstanceBase):
         if self.runtime.terms is not None:
             ep = self.episode
             reward, logs = await self.runtime.terms.settle(reward, logs, ep.prompt, ep.num_searches, ep.cost)
+        if self.runtime.episodes is not None:
+            self.runtime.episodes.offer(lambda: self.record(reward, result.score, logs))
         return {
             "rewards": torch.tensor(reward),
             "scores": torch.tensor(result.score),
@@ -241,6 +264,53 @@ class SearchAgentInstance(AgentInstanceBase):
             "done": True,
             "extra_logs": _tensor_logs(logs),
         }
+
+    def observed(self, feedback: str) -> None:
+        if not feedback or self.observations is None or self.episode is None:
+            return
+        end = len(self.episode.solution)
+        if self.episode.solution.endswith(feedback):
+            self.observations.append((end - len(feedback), end))
+        else:
+            self.observations = None  # the record's reader falls back to the protocol's tags
+
+    def record(self, reward: float, score: float, logs: dict[str, float]) -> EpisodeRecord:
+        """The finished episode as the run keeps it (searchrl/episodes/record.py)."""
+        assert self.episode is not None
+        ep, runtime = self.episode, self.runtime
+        tokenizer = runtime.environment.tokenizer
+        return EpisodeRecord(
+            time=time.time(),
+            source=runtime.stage.episodes.source,
+            protocol=runtime.stage.protocol,
+            prompt=ep.prompt,
+            solution=ep.solution,
+            answer=runtime.environment.protocol.policy_answer(ep.solution),
+            gold=golds(ep.label),
+            reward=float(reward),
+            score=float(score),
+            components={k: float(v) for k, v in logs.items()},
+            queries=list(ep.queries),
+            prompt_tokens=token_count(tokenizer, ep.prompt),
+            response_tokens=token_count(tokenizer, ep.solution),
+            seconds=time.monotonic() - self.started,
+            search_seconds=ep.search_seconds,
+            observations=self.observations,
+        )
+
+
+def golds(label: Any) -> list[str]:
+    """The gold answers a label holds; none for a label that holds none (the reward refused it already)."""
+    try:
+        return as_golds(label)
+    except LabelError:
+        return []
+
+
+def token_count(tokenizer: Any, text: str) -> int | None:
+    if tokenizer is None:
+        return None
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 class SearchAgentExecutor(MultiTurnAgentExecutor):

@@ -164,6 +164,23 @@ class RewardServerConfig(Strict):
         return [u.strip() for u in value.split(",") if u.strip()] if isinstance(value, str) else value
 
 
+class EpisodesConfig(Strict):
+    """The sample of episodes a run keeps (searchrl/episodes/): the first `per_step` of each engine's share of a
+    rollout step, as JSON lines a run's viewer reads beside its TensorBoard curves."""
+
+    per_step: int = Field(8, ge=0, description="episodes kept a rollout step, per engine process; 0 keeps none")
+    dir: str | None = Field(
+        None,
+        min_length=1,
+        description="where the records go; None: `episodes/` beside the run's TensorBoard folder (else beside "
+        "ckpt.output_dir), made absolute by the job's plan (searchrl/job/plan.py)",
+    )
+    max_windows: int = Field(
+        500, ge=4, description="files (one a step) an engine process keeps; past it the older half thins out"
+    )
+    source: Literal["train", "rehearsal"] = Field("train", description="what wrote them: a rehearsal marks its own")
+
+
 class StageConfig(Strict):
     stage: Literal["stage1_format", "stage2_answer", "router_r1"]
     model: str = Field(description="path of a configs/models/*.yaml file")
@@ -183,6 +200,7 @@ class StageConfig(Strict):
         "sync", description="how generation and training take turns: searchrl/stage/schedules.py"
     )
     openrlhf: dict[str, FlagValue] = Field(default_factory=dict, description="train_ppo_ray flags, without `--`")
+    episodes: EpisodesConfig = EpisodesConfig()
 
     @model_validator(mode="before")
     @classmethod
@@ -223,6 +241,32 @@ class StageConfig(Strict):
         if problem:
             raise ValueError(problem)
         return self
+
+
+def default_episodes_dir(flags: dict[str, FlagValue]) -> str | None:
+    """`episodes/` beside the run's TensorBoard folder (runs/stage1_format/tensorboard -> runs/stage1_format/episodes),
+    else beside its final checkpoint, as the flags write them (relative ones from the checkout's root); None when the
+    flags name neither."""
+    for flag in ("logger.tensorboard_dir", "ckpt.output_dir"):
+        value = flags.get(flag)
+        if isinstance(value, str) and value.strip():
+            return str(Path(value).parent / "episodes")
+    return None
+
+
+def episode_share(flags: dict[str, FlagValue]) -> int:
+    """The episodes one engine process finishes in a rollout step: rollout.batch_size x n_samples_per_prompt over
+    vllm.num_engines (OpenRLHF spreads a step's prompts evenly over its engines), at least 1."""
+
+    def flag(name: str, default: int) -> int:
+        try:
+            return max(1, int(flags.get(name) or default))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return default
+
+    # OpenRLHF's own defaults where a flag is unset: a share of 1 would keep every episode in a file of its own.
+    batch = flag("rollout.batch_size", 1024) * flag("rollout.n_samples_per_prompt", 1)
+    return max(1, batch // flag("vllm.num_engines", 1))
 
 
 def protocol_episode(data: dict[str, Any]) -> dict[str, Any]:
