@@ -92,10 +92,22 @@ def test_scored_text_is_the_policys_context(servers, qwen_like):
     assert float(result["extra_logs"]["budget_cut"]) == 0.0 and float(result["reward"]) == 1.0
 
 
-def test_budget_cut_episode_is_scored_and_batches_split(servers, qwen_like):
+@pytest.fixture
+def vllm_standin():
+    """The rehearsal job's vLLM stand-in for one test: the modules it adds, and OpenRLHF's trainer modules that bound
+    it while it stood, leave sys.modules afterwards. Left in, a later test in the same worker generated through the
+    stand-in's SamplingParams and waited forever for a segment that never came."""
+    before = set(sys.modules)
+    install_vllm_standin()
+    yield
+    for name in [n for n in sys.modules if n not in before]:
+        if name.split(".")[0] == "vllm" or name.startswith("openrlhf.trainer"):
+            del sys.modules[name]
+
+
+def test_budget_cut_episode_is_scored_and_batches_split(servers, qwen_like, vllm_standin):
     """Defect 3: an episode OpenRLHF ends at data.max_len is scored (stage 2's penalty), logs the
     same keys as a finished one, and the two split in OpenRLHF's experience code."""
-    install_vllm_standin()
     from openrlhf.trainer.ppo_utils.experience import Experience, split_experience_batch
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
