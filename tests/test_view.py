@@ -65,7 +65,7 @@ def test_summary_steps_aggregates_and_both_sources(url):
         )
         assert by_step[step]["answer_rate"] == pytest.approx(sum(r["answer"] is not None for r in rows) / len(rows))
     assert by_step[1]["violation_rates"]["answer_too_long"] == pytest.approx(1 / 6)
-    plots = {p["key"]: p for p in s["plots"]}
+    plots = {p["measure"]: p for p in s["plots"]}
     assert {"reward", "score", "format_ok", "num_searches", "response_tokens", "violations"} <= set(plots)
     assert [x["source"] for x in plots["reward"]["series"]] == ["episodes", "tensorboard"]
     assert "TensorBoard" in plots["reward"]["title"] and "episodes" in plots["reward"]["title"]

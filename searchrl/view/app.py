@@ -20,6 +20,7 @@ from typing import Any, cast
 import uvicorn
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import SecretStr
 from starlette.concurrency import run_in_threadpool
 
 from searchrl.episodes.reader import EPISODES_DIR
@@ -127,7 +128,7 @@ async def _refused(request: Request, exc: Exception) -> JSONResponse:
 
 def create_app(
     run_dir: Path,
-    token: str | None = None,
+    token: SecretStr | str | None = None,
     refresh_s: float = DEFAULT_REFRESH_S,
     allowed_hosts: Iterable[str] = (),
     store: RunStore | None = None,

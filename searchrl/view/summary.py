@@ -143,7 +143,7 @@ class Series(BaseModel):
 
 
 class Plot(BaseModel):
-    key: str
+    measure: str
     title: str
     unit: str
     series: list[Series]
@@ -169,7 +169,7 @@ def _points(steps: Sequence[StepSummary], value: Callable[[StepSummary], float |
 def _titled(key: str, what: str, unit: str, series: list[Series]) -> Plot:
     named = {"episodes": "episodes (kept sample)", "tensorboard": "TensorBoard (every sample)"}
     sources = " + ".join(dict.fromkeys(named[s.source] for s in series))
-    return Plot(key=key, title=f"{what} · {sources}", unit=unit, series=series)
+    return Plot(measure=key, title=f"{what} · {sources}", unit=unit, series=series)
 
 
 def measure_plots(steps: Sequence[StepSummary], curves: dict[str, list[tuple[int, float]]]) -> list[Plot]:

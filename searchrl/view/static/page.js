@@ -213,7 +213,7 @@
         swatch.style.borderColor = COLORS[i % COLORS.length];
         legend.append(h("span", {}, swatch, `${ser.label}${ser.source === "tensorboard" && ser.label !== "TensorBoard" ? " (TensorBoard)" : ""}`));
       });
-      box.append(h("figure", { class: "plot-card", "data-key": plot.key }, h("figcaption", {}, plot.title), drawPlot(plot), legend));
+      box.append(h("figure", { class: "plot-card", "data-key": plot.measure }, h("figcaption", {}, plot.title), drawPlot(plot), legend));
     }
   }
 
