@@ -44,12 +44,12 @@ from eval.summary import EXIT_SEARCH_ERRORS, EXIT_UNJUDGED, score_summary
 from eval.verdicts import fill_verdicts
 from searchrl.config import ConfigError, load, validate
 from searchrl.episodes.reader import EPISODES_DIR
-from searchrl.episodes.record import EpisodeRecord
+from searchrl.episodes.record import EpisodeRecord, label_golds, token_count
 from searchrl.episodes.sampler import MIN_WINDOWS, EpisodeSampler
 from searchrl.hub import load_causal_lm
 from searchrl.hub import load_tokenizer as hub_tokenizer
 from searchrl.jsonl import read_jsonl
-from searchrl.metrics import LabelError, all_metrics, as_golds
+from searchrl.metrics import all_metrics, as_golds
 from searchrl.protocols import DEFAULT_PROTOCOL, PROTOCOL_NAMES, TagProtocol, bind_template, get_protocol
 from searchrl.qa_data.questions import dataset_name, load_questions
 from searchrl.rollout.environment import SearchEnvironment
@@ -464,10 +464,6 @@ def _episode_record(
     """One question's episode as the run viewer reads every run's (searchrl/episodes/record.py): its EM is its
     reward and score, its metrics and search figures its components."""
     ep = r.episode
-    try:
-        gold = as_golds(answered["answer"])
-    except LabelError:
-        gold = []
     metrics = answered["metrics"]
     figures = {"num_searches": ep.num_searches, "search_errors": ep.search_errors, "truncated": r.truncated}
     return EpisodeRecord(
@@ -477,19 +473,15 @@ def _episode_record(
         prompt=ep.prompt,
         solution=ep.solution,
         answer=protocol.policy_answer(ep.solution),
-        gold=gold,
+        gold=label_golds(answered["answer"]),
         reward=metrics["em"],
         score=metrics["em"],
         components={**metrics, **{k: float(v) for k, v in figures.items()}},
         queries=list(ep.queries),
-        prompt_tokens=_tokens(tokenizer, ep.prompt),
-        response_tokens=_tokens(tokenizer, ep.solution),
+        prompt_tokens=token_count(tokenizer, ep.prompt),
+        response_tokens=token_count(tokenizer, ep.solution),
         search_seconds=ep.search_seconds,
     )
-
-
-def _tokens(tokenizer: Any, text: str) -> int | None:
-    return None if tokenizer is None else len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _summary(name: str, path: Path, run: Run, population: int, halted: bool, not_run: int) -> dict[str, Any]:

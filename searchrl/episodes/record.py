@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from searchrl.metrics import LabelError, as_golds
 from searchrl.protocols import TagProtocol, get_protocol
 
 # Where a record was written: a training job's agent, a rehearsal's rollout, or an evaluation.
@@ -99,3 +100,18 @@ def split_at(solution: str, observations: list[tuple[int, int]], protocol: TagPr
     if rest or not turns:
         turns.append(Turn(text=rest))
     return turns
+
+
+def label_golds(label: object) -> list[str]:
+    """The gold answers a label holds; none for a label that holds none (the reward refused it already)."""
+    try:
+        return as_golds(label)
+    except LabelError:
+        return []
+
+
+def token_count(tokenizer: object, text: str) -> int | None:
+    """The text's length in the policy's tokens; None without a tokenizer at hand."""
+    if tokenizer is None:
+        return None
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])  # type: ignore[operator]

@@ -22,9 +22,8 @@ import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from searchrl.config import ConfigError, load
-from searchrl.episodes.record import EpisodeRecord
+from searchrl.episodes.record import EpisodeRecord, label_golds, token_count
 from searchrl.episodes.sampler import EpisodeSampler
-from searchrl.metrics import LabelError, as_golds
 from searchrl.protocols import TagProtocol, bind_template, get_protocol, r1_searcher
 from searchrl.protocols.segments import cut_turn
 from searchrl.reward.group import EpisodeTerms
@@ -286,7 +285,7 @@ class SearchAgentInstance(AgentInstanceBase):
             prompt=ep.prompt,
             solution=ep.solution,
             answer=runtime.environment.protocol.policy_answer(ep.solution),
-            gold=golds(ep.label),
+            gold=label_golds(ep.label),
             reward=float(reward),
             score=float(score),
             components={k: float(v) for k, v in logs.items()},
@@ -297,20 +296,6 @@ class SearchAgentInstance(AgentInstanceBase):
             search_seconds=ep.search_seconds,
             observations=self.observations,
         )
-
-
-def golds(label: Any) -> list[str]:
-    """The gold answers a label holds; none for a label that holds none (the reward refused it already)."""
-    try:
-        return as_golds(label)
-    except LabelError:
-        return []
-
-
-def token_count(tokenizer: Any, text: str) -> int | None:
-    if tokenizer is None:
-        return None
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 class SearchAgentExecutor(MultiTurnAgentExecutor):
