@@ -474,7 +474,12 @@
     if (tab === "compare") renderCompare().catch((err) => showError(err.message));
   }
 
+  // Refreshes overlap when the server answers slower than the interval; one that asked before the last one applied
+  // must not put an older summary back (a step shown, then gone again).
+  let asked = 0;
+  let applied = 0;
   async function refresh(force = false) {
+    const ticket = ++asked;
     let summary;
     try {
       summary = await source.summary();
@@ -482,6 +487,8 @@
       showError(err.message);
       return;
     }
+    if (ticket < applied) return;
+    applied = ticket;
     showError("");
     const changed = !state.summary || summary.version !== state.summary.version;
     state.summary = summary;
