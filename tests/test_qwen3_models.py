@@ -127,8 +127,8 @@ def test_evaluation_runs_end_to_end(checkpoint, mini_index, tmp_path):
 
 
 def test_the_rehearsal_stand_in_reads_the_thinking_switch(tmp_path):
-    """Where Qwen3's tokenizer cannot be fetched, the rehearsal renders its prompts with a Qwen3-shaped stand-in
-    (not the ChatML one, which has no thinking mode and would be refused)."""
+    """Where Qwen3's tokenizer cannot be fetched, the rehearsal renders its prompts with a stand-in carrying Qwen3's
+    original template (not the ChatML one, which has no thinking mode and would be refused)."""
     from searchrl.rehearsal.episodes import stand_in_chat_model
 
     for name, end in (("qwen3-8b", "assistant\n<think>"), ("qwen3-8b-no-thinking", "</think>\n\n<think>")):

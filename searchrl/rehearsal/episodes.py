@@ -25,7 +25,7 @@ from searchrl.job import preflight
 from searchrl.job.plan import plan_stage, runtime_env
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS
 from searchrl.process import free_port, searchrl_command, start_command, stop
-from searchrl.protocols import get_protocol
+from searchrl.protocols import TagProtocol, bind_template, get_protocol
 from searchrl.rehearsal.cpu_layer import with_rehearsal_code
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, prepare_name, rehearsal_index
 from searchrl.rehearsal.job import MARKER
@@ -35,6 +35,7 @@ from searchrl.routing.loopback_pool import repoint, start_loopback
 from searchrl.routing.routed_recordings import by_price, route_trajectory
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, ModelConfig, stage_package
 from searchrl.tiny_policy.model import save_chat_tokenizer
+from searchrl.tiny_policy.original_templates import original_template, save_original_template_tokenizer
 from searchrl.tiny_policy.qwen3_stand_in import save_qwen3_style_tokenizer
 
 RECORDINGS = EXAMPLES / "bamboogle_llama_sample.jsonl"
@@ -96,13 +97,14 @@ def _prepare(
     if done.returncode != 0:
         raise RuntimeError(f"data preparation failed: {done.stderr[-2000:]}")
     by_question = {json.loads(line)["question"]: json.loads(line)["prompt"] for line in data.open(encoding="utf-8")}
+    replaying = replay_protocol(protocol, model_config)
     recordings = {
         by_question[r["question"]]: (
             route_trajectory(
                 r["gen_text_store"], by_price(router), router.naming == "router_r1", get_protocol(protocol)
             )
             if router
-            else get_protocol(protocol).from_r1_searcher(r["gen_text_store"])
+            else replaying.from_r1_searcher(r["gen_text_store"])
         )
         for r in chosen
     }
@@ -111,10 +113,32 @@ def _prepare(
     return data, rec
 
 
+def replay_protocol(protocol: str, model_file: str) -> TagProtocol:
+    """The protocol the recordings are replayed in: bound to the policy's chat template where it is a chat model
+    whose tokenizer loads here (the tool-call protocol writes each family's own calls), as it is otherwise."""
+    from transformers import AutoTokenizer
+
+    model = load(ModelConfig, model_file)
+    if model.kind != "chat":
+        return get_protocol(protocol)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model.tokenizer, local_files_only=True)
+    except OSError:
+        return get_protocol(protocol)
+    return bind_template(get_protocol(protocol), tokenizer, model.chat_template_kwargs)
+
+
+def call_form(protocol: TagProtocol) -> str | None:
+    """The name of the call form a bound tool-call protocol reads; None for a protocol with tags of its own."""
+    form = getattr(protocol, "form", None)
+    return None if form is None else str(form.name)
+
+
 def stand_in_chat_model(model_file: str, stage_dir: Path, protocol: str = "r1-searcher") -> str | None:
     """For a chat policy whose tokenizer cannot be fetched here, a copy of its model config rendering the
-    chat prompts with a tiny ChatML tokenizer (the job's engine replays recordings anyway); None when the
-    policy is not a chat model or its tokenizer loads."""
+    chat prompts with a tiny tokenizer (the job's engine replays recordings anyway) that carries the checkpoint's
+    original chat template where examples/chat_templates/ has it, else a ChatML or Qwen3-shaped one written here;
+    None when the policy is not a chat model or its tokenizer loads."""
     import yaml
     from transformers import AutoTokenizer
 
@@ -133,14 +157,19 @@ def stand_in_chat_model(model_file: str, stage_dir: Path, protocol: str = "r1-se
     # A config that switches thinking, or a protocol that calls tools, needs a template that reads the switch and
     # renders tools: Qwen3's shape, not Qwen2.5's plain ChatML.
     thinking = "enable_thinking" in model.chat_template_kwargs or get_protocol(protocol).TOOLS is not None
-    save = save_qwen3_style_tokenizer if thinking else save_chat_tokenizer
-    tokenizer = save(stage_dir / "chat_tokenizer", texts)
+    if (original := original_template(model.tokenizer)) is not None:
+        tokenizer = save_original_template_tokenizer(stage_dir / "chat_tokenizer", original, texts)
+        shape = f"its original template, {original.name}"
+    else:
+        save = save_qwen3_style_tokenizer if thinking else save_chat_tokenizer
+        tokenizer = save(stage_dir / "chat_tokenizer", texts)
+        shape = "a Qwen3-shaped template" if thinking else "a ChatML template"
     data = {**model.model_dump(), "tokenizer_path": str(tokenizer)}
     out = stage_dir / "model.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    shape = "Qwen3-shaped" if thinking else "ChatML"
     print(
-        f"[rehearse] {model.tokenizer}: not available here; chat prompts rendered with a {shape} stand-in", flush=True
+        f"[rehearse] {model.tokenizer}: not available here; chat prompts rendered by a tiny tokenizer with {shape}",
+        flush=True,
     )
     return str(out)
 
@@ -307,6 +336,8 @@ def run(stage_name: str, model: str | None, overrides: list[str], episodes: int)
     summary = {
         "stage": stage,
         "protocol": plan["stage"].protocol,
+        # The form the replayed calls were written in (the tool-call protocol bound to the policy's template).
+        "call_form": call_form(replay_protocol(plan["stage"].protocol, str(plan["stage"].model))),
         "episodes_file": str(episodes_file),
         "episode_records": len(read_records(episode_files(stage_dir), {})),
         **{key: job[key] for key in ("episodes", "finished", "budget_cut", "scored", "mean_reward", "min_reward")},

@@ -30,7 +30,7 @@ import ray
 import torch
 
 from searchrl.config import load
-from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, get_protocol
+from searchrl.protocols import DEFAULT_PROTOCOL, TagProtocol, bind_template, get_protocol
 from searchrl.rehearsal.openrlhf_source import experience_maker_class
 from searchrl.rollout.agent import config_source, stage_from_env
 from searchrl.rollout.engines import CompletionOutput, RequestOutput, SamplingParams, recorded_actions
@@ -139,7 +139,11 @@ class CpuRolloutActor:
         spec.loader.exec_module(module)
         assert issubclass(module.AgentExecutor, AgentExecutorBase), "AgentExecutor must inherit AgentExecutorBase"
         self.executor = module.AgentExecutor()
-        self.engine = ReplayVllmEngine(tokenizer, recordings, get_protocol(stage_from_env().protocol))
+        stage = stage_from_env()
+        model = load(ModelConfig, stage.model)
+        # Replayed in the bound template's form, as the rehearsal wrote the recordings (rehearsal/episodes.py).
+        protocol = bind_template(get_protocol(stage.protocol), tokenizer, model.chat_template_kwargs)
+        self.engine = ReplayVllmEngine(tokenizer, recordings, protocol)
         self.unfinished = 0
 
     def where(self) -> dict[str, Any]:
@@ -262,9 +266,12 @@ def run(args: argparse.Namespace, train_args: list[str]) -> dict[str, Any]:
     )
     model = load(ModelConfig, stage_from_env().model)
     if model.kind == "chat":
-        # The policy's chat template, as its own tokenizer carries it in a real job: the environment renders the
-        # tool-call protocol's tool turns with it.
-        tokenizer.chat_template = load_tokenizer(model).chat_template
+        # The policy's chat template and end of turn, as its own tokenizer carries them in a real job: the
+        # environment renders the tool-call protocol's tool turns with it, and a Llama 3 call ends at its end of turn.
+        own = load_tokenizer(model)
+        tokenizer.chat_template = own.chat_template
+        if own.eos_token and own.eos_token != tokenizer.eos_token:
+            tokenizer.add_special_tokens({"eos_token": own.eos_token})
     strategy = CpuStrategy(flags)
     data = blending_datasets(flags.data.prompt_dataset, flags.data.prompt_probs, strategy, flags.train.seed)
     dataset = PromptDataset(data, tokenizer, strategy, input_template=flags.data.input_template)

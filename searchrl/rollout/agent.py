@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import time
+from collections.abc import Sequence
 from contextvars import ContextVar
 from copy import deepcopy
 from dataclasses import dataclass
@@ -73,11 +74,14 @@ class EpisodeState:
 _EPISODE: ContextVar[EpisodeState | None] = ContextVar("searchrl_episode", default=None)
 
 
-def action_text(token_ids: list[int], tokenizer: Any) -> str:
+def action_text(token_ids: list[int], tokenizer: Any, stops: Sequence[str] = ()) -> str:
     """The text of the action tokens the policy's context holds. vLLM cuts its `text` at the stop
-    string, but keeps the whole token that completed it (e.g. `|>` merged with newlines)."""
+    string, but keeps the whole token that completed it (e.g. `|>` merged with newlines). A closing end of
+    sequence is left out unless it is itself a stop (Llama 3 ends a call with `<|eot_id|>`, its end of turn): the
+    tool turn must see that the context already holds it."""
     ids = list(token_ids)
-    if ids and tokenizer.eos_token_id is not None and ids[-1] == tokenizer.eos_token_id:
+    eos = tokenizer.eos_token_id
+    if ids and eos is not None and ids[-1] == eos and tokenizer.eos_token not in stops:
         ids = ids[:-1]
     return tokenizer.decode(ids, skip_special_tokens=False)
 
@@ -174,7 +178,7 @@ class SegmentEngine:
         out = await self.engine.generate(prompt_token_ids, params, multi_modal_data=multi_modal_data)
         completion = out.outputs[0]
         if self.tokenizer is not None:
-            completion.text = action_text(completion.token_ids, self.tokenizer)
+            completion.text = action_text(completion.token_ids, self.tokenizer, self.stops)
             if cut_turn(completion.text, self.stops, self.cut_after) != completion.text:
                 self._cut(completion)
         if self.state is not None:
@@ -191,14 +195,14 @@ class SegmentEngine:
         low, high = 1, len(ids)
         while low < high:  # the shortest prefix whose text holds the tag
             mid = (low + high) // 2
-            if self.cut_after in action_text(ids[:mid], self.tokenizer):
+            if self.cut_after in action_text(ids[:mid], self.tokenizer, self.stops):
                 high = mid
             else:
                 low = mid + 1
         completion.token_ids = ids[:low]
         if completion.logprobs is not None:
             completion.logprobs = completion.logprobs[:low]
-        completion.text = action_text(ids[:low], self.tokenizer)
+        completion.text = action_text(ids[:low], self.tokenizer, self.stops)
         completion.finish_reason = "stop"
 
 
