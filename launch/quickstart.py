@@ -37,7 +37,7 @@ from searchrl.config import ConfigError, parse_overrides  # noqa: E402
 from searchrl.jsonl import read_jsonl  # noqa: E402
 from searchrl.paths import CONFIGS, EXAMPLES, ROOT, RUNS  # noqa: E402
 from searchrl.process import exit_on_sigterm, free_port, start_module, stop  # noqa: E402
-from searchrl.protocols.r1_searcher import parse_solution  # noqa: E402
+from searchrl.protocols import DEFAULT_PROTOCOL, get_protocol  # noqa: E402
 from searchrl.rehearsal.ray_head import RayHead  # noqa: E402
 from searchrl.rollout.agent import Runtime, load_agent_executor  # noqa: E402
 from searchrl.rollout.engines import HFEngine, ReplayEngine, SamplingParams  # noqa: E402
@@ -133,7 +133,7 @@ async def run_episodes(stage, jobs: list[dict[str, Any]], tokenizer, max_length:
             t0 = time.perf_counter()
             result = await executor.execute(job["prompt"], job["label"], params, max_length, tokenizer, job["engine"])
             text = tokenizer.decode(result["observation_tokens"])[len(job["prompt"]) :]
-            parsed = parse_solution(text)
+            parsed = get_protocol(DEFAULT_PROTOCOL).parse_solution(text)
             logs = {k: float(v) for k, v in result["extra_logs"].items()}
             return {
                 "mode": job["mode"],
@@ -291,7 +291,7 @@ def _demo_jobs(
             "label": r["answer"],
             "prompt": prompts[r["question"]],
             "engine": replay,
-            "recorded_queries": parse_solution(r["gen_text_store"]).queries,
+            "recorded_queries": get_protocol(DEFAULT_PROTOCOL).parse_solution(r["gen_text_store"]).queries,
         }
         for r in records
     ]

@@ -25,9 +25,10 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 from searchrl.config import ConfigError, load
 from searchrl.episodes.record import EpisodeRecord, label_golds, token_count
 from searchrl.episodes.sampler import EpisodeSampler
-from searchrl.protocols import TagProtocol, bind_template, get_protocol, r1_searcher
+from searchrl.protocols import TagProtocol, bind_template, get_protocol
 from searchrl.protocols.segments import cut_turn
 from searchrl.reward.group import EpisodeTerms
+from searchrl.rollout.engines import DEFAULT
 from searchrl.rollout.environment import Episode, SearchEnvironment
 from searchrl.rollout.reward_client import RewardClient
 from searchrl.rollout.search_step import open_search_step
@@ -157,7 +158,7 @@ class SegmentEngine:
         tokenizer: Any = None,
         state: EpisodeState | None = None,
         stop_after_answer: bool = False,
-        protocol: TagProtocol = r1_searcher,
+        protocol: TagProtocol = DEFAULT,
     ) -> None:
         self.engine = engine
         self.max_segment_tokens = max_segment_tokens
