@@ -225,3 +225,34 @@ def test_the_new_base_configs_are_refused_a_native_tool_call(config):
     assert render_prompt(model, "Who founded Citibank?").endswith("Assistant: <think>")
     with pytest.raises(ValueError, match="base model; a native tool call needs a chat model"):
         protocol_model(model, "tool-call")
+
+
+@pytest.mark.parametrize("name,kwargs,form,answer", CASES, ids=IDS)
+def test_a_two_call_episode_appended_turn_by_turn_is_the_templates_rendering(tokenizer, name, kwargs, form, answer):
+    """Issue 63 item 2: the agent appends each call and tool turn to what the model saw; for two calls in a row that
+    context is the template's own rendering of the conversation, with each call's reasoning kept where thinking is on
+    (no family drops it between the calls of one turn). Qwen3 with thinking off is the one exception: its history
+    leaves out the empty think block the generation prompt closed, which the model saw and the agent keeps."""
+    tok = with_template(tokenizer, name)
+    protocol = bind_template(get_protocol("tool-call"), tok, kwargs)
+    turns = [
+        ("First I search.", "Citibank", "(Title: Citibank) A bank."),
+        (REASONING, QUERY, DOCS.removeprefix("Doc 1 ")),
+    ]
+    messages = [{"role": "user", "content": "Who founded Citibank?"}]
+    context = render(tok, messages, kwargs)
+    for reasoning, query, docs in turns:
+        segment = protocol.replay.search(reasoning, query)
+        context += segment + protocol.documents_block([docs], after=segment)
+        call = {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}
+        turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+        if protocol.replay.reasons:
+            turn["reasoning_content"] = turn["thinking"] = reasoning
+        messages += [turn, {"role": "tool", "content": f"Doc 1 {docs}"}]
+    rendered = render(tok, messages, kwargs)
+    if name == "qwen3" and kwargs == OFF:
+        assert context.replace("<think>\n\n</think>\n\n", "") == rendered.replace("<think>\n\n</think>\n\n", "")
+        assert context.count("<think>\n\n</think>") == 3 and rendered.count("<think>\n\n</think>") == 1
+        return
+    assert context == rendered
+    assert ("First I search." in context) is protocol.replay.reasons
