@@ -52,6 +52,7 @@ COMMANDS: dict[str, Command] = {
         "searchrl.job.submit", "preflight_main", "every check of a submission, as a checklist; submits nothing"
     ),
     "stage dry-run": Command("searchrl.job.submit", "dry_run_main", "print the exact `ray job submit` command"),
+    "stage plan": Command("searchrl.job.memory_plan", "main", "what each GPU will hold, and whether it fits"),
     "servers start": Command("launch.servers", "start", "start the retrieval and reward servers in the background"),
     "servers stop": Command("launch.servers", "stop", "stop the servers `servers start` started"),
     "eval local": Command("eval.run_local", "main", "evaluate a model on the local benchmarks (KILT index)"),

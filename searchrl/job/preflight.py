@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from searchrl.job.memory_plan import memory_verdict
 from searchrl.paths import RUNS
 from searchrl.process import own_tool
 from searchrl.protocols import get_protocol
@@ -360,6 +361,7 @@ def submission_checks(plan: dict[str, Any], env: dict[str, Any], run_dir: Path |
     if plan["flags"].get("eval.dataset"):
         checks += check_data(stage, plan["flags"], plan["model"], plan["stage_name"], key="eval.dataset")
     checks += check_checkpoint(plan["policy"], plan["policy_source"])
+    checks.append(Check("GPU memory plan", *memory_verdict(plan)))
     forwarded = sorted(k for k in env["env_vars"] if k != CONFIG_JSON_ENV)
     checks.append(Check("secrets forwarded", True, ", ".join(forwarded) + " (masked)" if forwarded else "none set"))
     return checks
