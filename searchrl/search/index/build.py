@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import logging
 import math
@@ -127,17 +128,38 @@ def encode_shard_range(
     `report("loaded", seconds)` once the model is up, then `report("passages", n)` after every batch.
     """
     started = time.perf_counter()
+    encode = shard_encoder(out, shard_size, model, profile_name, device, batch_size, max_seq_length, encoder_backend)
+    report("loaded", time.perf_counter() - started)
+    for shard in shards:
+        encode(shard, lambda k: report("passages", k))
+
+
+def shard_encoder(
+    out: Path,
+    shard_size: int,
+    model: str,
+    profile_name: str,
+    device: str,
+    batch_size: int,
+    max_seq_length: int | None,
+    encoder_backend: str = "torch",
+) -> Callable[[int, Callable[[int], None]], int]:
+    """Load the encoder; returns `encode(shard, on_batch)`, which encodes one shard as one length-sorted chunk,
+    writes it and returns its passage count. Every way of building (one process, a process per device, Ray)
+    encodes through it, so a shard's bytes do not depend on where it was encoded."""
     encoder = Encoder(
         model, device=device, profile=PROFILES[profile_name], max_seq_length=max_seq_length, backend=encoder_backend
     )
     store = PassageStore(out / STORE_DIR)
-    report("loaded", time.perf_counter() - started)
     n = len(store)
-    for shard in shards:
+
+    def encode(shard: int, on_batch: Callable[[int], None]) -> int:
         rows = range(shard * shard_size, min(n, (shard + 1) * shard_size))
         texts = [passage_text(store.title(r), store.text(r)) for r in rows]
-        vectors = encoder.encode_passages_sorted(texts, batch_size, lambda k: report("passages", k))
-        write_shard(shard_path(out, shard), vectors)
+        write_shard(shard_path(out, shard), encoder.encode_passages_sorted(texts, batch_size, on_batch))
+        return len(rows)
+
+    return encode
 
 
 def _worker(
@@ -230,8 +252,11 @@ def encode_shards(
     max_seq_length: int | None,
     checksum: str,
     encoder_backend: str = "torch",
+    ray: str | None = None,
+    ray_workers: int | None = None,
 ) -> tuple[list[Path], int, dict]:
-    """Encode every shard not already finished for this corpus; returns (shards, dimension, timings)."""
+    """Encode every shard not already finished for this corpus; returns (shards, dimension, timings). With `ray`
+    (a cluster's address, or `local`) the shards are encoded by a pool of `ray_workers` Ray workers."""
     n = len(PassageStore(out / STORE_DIR))
     n_shards = max(1, math.ceil(n / shard_size))
     shards = shard_paths(out, n_shards)
@@ -267,28 +292,18 @@ def encode_shards(
     if todo:
         bar = tqdm(total=sum(sizes), desc="encode", unit=" passages", dynamic_ncols=True)
         started = time.perf_counter()
-        plan = list(zip(devices, split_ranges(todo, sizes, len(devices)), strict=False))
-        if len(plan) == 1:
-            # One device needs no worker process: encode here, with the same function the workers run.
-            loads: list[float] = []
-            encode_shard_range(
-                out,
-                plan[0][1],
-                shard_size,
-                model,
-                profile_name,
-                plan[0][0],
-                batch_size,
-                max_seq_length,
-                lambda kind, value: loads.append(value) if kind == "loaded" else bar.update(value),
-                encoder_backend,
-            )
-            timings["model_load_seconds"] = loads[0]
+        if ray is not None:
+            from searchrl.search.index.ray_encode import encode_on_ray  # loads Ray: only a --ray build needs it
+
+            sizes_kw = {"batch_size": batch_size, "max_seq_length": max_seq_length, "encoder_backend": encoder_backend}
+            load = functools.partial(shard_encoder, out.resolve(), shard_size, model, profile_name, **sizes_kw)
+            on_gpu = devices[0].startswith("cuda")
+            timings["model_load_seconds"] = encode_on_ray(ray, ray_workers, todo, load, on_gpu, bar.update)
         else:
-            log.info("encoding on %d devices: %s", len(plan), ", ".join(f"{d}: {len(s)} shards" for d, s in plan))
-            timings["model_load_seconds"] = run_device_workers(
-                out, plan, shard_size, model, profile_name, batch_size, max_seq_length, bar, encoder_backend
-            )
+            timings["model_load_seconds"] = _encode_on_devices(
+                out, todo, sizes, devices, shard_size, model, profile_name, batch_size, max_seq_length, bar,
+                encoder_backend,
+            )  # fmt: skip
         timings["encode_seconds"] = time.perf_counter() - started
         bar.close()
     missing = [p.name for p in shards if not p.exists()]
@@ -298,6 +313,43 @@ def encode_shards(
     if read_json(out / EMBED_INFO) != {**info, "dimension": dimension}:
         write_json_atomic(out / EMBED_INFO, {**info, "dimension": dimension})
     return shards, dimension, timings
+
+
+def _encode_on_devices(
+    out: Path,
+    todo: list[int],
+    sizes: list[int],
+    devices: list[str],
+    shard_size: int,
+    model: str,
+    profile_name: str,
+    batch_size: int,
+    max_seq_length: int | None,
+    bar: tqdm,
+    encoder_backend: str,
+) -> float:
+    """Encode the shards `todo` on this machine's devices; returns the slowest model load time."""
+    plan = list(zip(devices, split_ranges(todo, sizes, len(devices)), strict=False))
+    if len(plan) == 1:
+        # One device needs no worker process: encode here, with the same function the workers run.
+        loads: list[float] = []
+        encode_shard_range(
+            out,
+            plan[0][1],
+            shard_size,
+            model,
+            profile_name,
+            plan[0][0],
+            batch_size,
+            max_seq_length,
+            lambda kind, value: loads.append(value) if kind == "loaded" else bar.update(value),
+            encoder_backend,
+        )
+        return loads[0]
+    log.info("encoding on %d devices: %s", len(plan), ", ".join(f"{d}: {len(s)} shards" for d, s in plan))
+    return run_device_workers(
+        out, plan, shard_size, model, profile_name, batch_size, max_seq_length, bar, encoder_backend
+    )
 
 
 def build_vector_index(
@@ -447,14 +499,17 @@ def build(
     encoder_backend: str = "torch",
     queries: str | Path | None = None,
     accept_recall: float | None = None,
+    ray: str | None = None,
+    ray_workers: int | None = None,
 ) -> dict:
     """Build (or finish building) an index directory; returns the manifest. An approximate index measures its
-    recall on `queries` (a file) or the corpus's own rows, and is tuned or made exact (`settle_index`)."""
+    recall on `queries` (a file) or the corpus's own rows, and is tuned or made exact (`settle_index`). With `ray`
+    (`local`, `auto` or host:port) the shards are encoded on a Ray cluster (`encode_shards`)."""
     from searchrl.search.index.faiss_index import effective_factory  # loads FAISS: see build_vector_index
 
     _check_build_options(index_type, factory, accept_recall)
     texts = query_texts(queries)
-    devices = resolve_devices(device)
+    devices = resolve_devices(device) if ray is None else _ray_device(device, ray_workers)
     on_gpu = any(d.startswith("cuda") for d in devices)
     batch_size = batch_size or (GPU_BATCH if on_gpu else CPU_BATCH)
     corpus, out = Path(corpus), Path(out)
@@ -465,8 +520,9 @@ def build(
     checksum = file_sha256(corpus)
     store_info = build_store(corpus, fmt, out, checksum, max_bad_lines, max_bad_fraction)
     shards, dimension, timings = encode_shards(
-        out, model, profile_name, devices, batch_size, shard_size, max_seq_length, checksum, encoder_backend
-    )
+        out, model, profile_name, devices, batch_size, shard_size, max_seq_length, checksum, encoder_backend, ray,
+        ray_workers,
+    )  # fmt: skip
     n = store_info["passages"]
     wanted = factory if factory is not None else default_factory(index_type, dimension, store_info["passages"])
     factory_used = effective_factory(wanted, n) if wanted is not None else None
@@ -511,6 +567,16 @@ class _SettledIndex(NamedTuple):
     search_params: dict
     info: dict
     seconds: float
+
+
+def _ray_device(device: str, ray_workers: int | None) -> list[str]:
+    """A Ray build's workers run on `cpu` or on one GPU each (`cuda`), wherever the cluster has them: this
+    machine's own devices are not asked for."""
+    if device not in ("cpu", "cuda"):
+        raise BuildError(f"device: {device!r} with --ray; give cpu or cuda (one GPU per Ray worker)")
+    if ray_workers is not None and ray_workers < 1:
+        raise BuildError(f"ray_workers: {ray_workers}; give at least 1")
+    return [device]
 
 
 def _check_build_options(index_type: str, factory: str | None, accept_recall: float | None) -> None:
@@ -678,6 +744,7 @@ def parser() -> argparse.ArgumentParser:
         "Lucene's analyzer) (default %(default)s)",
     )
     add_recall_options(p)
+    add_ray_options(p)
     p.add_argument(
         "--max-bad-lines",
         type=int,
@@ -708,6 +775,24 @@ def add_recall_options(p: argparse.ArgumentParser) -> None:
         metavar="R",
         help="keep an approximate index whose best setting keeps at least R of the exact top-10 (default: only one "
         "that keeps 0.99; else the index is made exact)",
+    )
+
+
+def add_ray_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="encode the shards on a Ray cluster with Ray Data: auto, host:port, or local (start one here for this "
+        "build); every worker must see --out. Resumable, and byte-identical to the one-process build",
+    )
+    p.add_argument(
+        "--ray-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Ray workers: one GPU each with --device cuda, one CPU each with cpu (default: the cluster's GPUs, "
+        "else 2)",
     )
 
 
@@ -742,6 +827,8 @@ def main(argv: list[str] | None = None) -> int:
             bm25_flavour=args.bm25_flavour,
             queries=args.queries,
             accept_recall=args.accept_recall,
+            ray=args.ray,
+            ray_workers=args.ray_workers,
         )
     except TooManyBadLines as exc:
         print(f"error: {exc}", file=sys.stderr)
