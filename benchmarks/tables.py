@@ -799,6 +799,32 @@ def index_recall() -> str:
     return f"{head}\n\n{table(header, rows)}"
 
 
+def index_recall_100k() -> str:
+    d = load("index_recall_100k")
+    head = source(
+        "index_recall_100k",
+        d,
+        f" {d['passages']:,} passages ({d['real_passages']:,} real, the rest synthetic); {d['factory']}; "
+        f"{d['tuning_questions']} tuning, {d['held_out_questions']} held-out questions. Target met: {d['target_met']}",
+    )
+    rows = [
+        (
+            r["case"],
+            f"{r['queries']:,} {'generated' if r['generated'] else 'questions'}",
+            r["measured_target"],
+            num(r["measured_recall"], 4),
+            r["search_params"].get("nprobe", "-"),
+            num(r["held_out_kept"], 4),
+            num(r["held_out_kept_before"], 4),
+            r["target_met"],
+        )
+        for r in d["cases"]
+    ]
+    before = f"at nprobe {d['before']['nprobe']}"
+    header = ["case", "tuned on", "target", "measured recall", "nprobe", "held-out kept", before, "met"]
+    return f"{head}\n\n{table(header, rows)}"
+
+
 def reward_keys() -> str:
     d = load("reward_keys")
     once = all(r["shared store"]["log_lines"] == r["shared store"]["log_keys_distinct"] for r in d["points"])
@@ -1189,6 +1215,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "encoder-backends": encoder_backends,
     "import-index": import_shrink,
     "index-recall": index_recall,
+    "index-recall-100k": index_recall_100k,
     "threads": threads,
     "reward-server": reward_server,
     "load": load_table,
@@ -1200,7 +1227,6 @@ TABLES: dict[str, Callable[[], str]] = {
     "gmtrouter": gmtrouter,
     "router-cost": router_cost,
     "learning": learning,
-    "learning-options": partial(learning, "learning_options", targets=False),
     "learning-search-r1": partial(learning, "learning_search_r1"),
     "async-rollout": async_rollout,
     "async-projection": async_projection,
