@@ -279,9 +279,9 @@ def run_stage(
 
 
 def side_by_side(*runs: Callable[[], dict]) -> list[dict]:
-    """Runs a stage's training, its control and the judging of their start at once on the shared head. On 2 cores
-    one job leaves part of a core idle (its DeepSpeed update is Python-bound), so a pair of 30-step stage-2 runs took
-    1.5x one run's time, not 2x. Results in the order given."""
+    """Runs a stage's training and its control at once on the shared head. On 2 cores one job leaves part of a
+    core idle (its DeepSpeed update is Python-bound), so a pair of 30-step stage-2 runs took 1.5x one run's time,
+    not 2x. Results in the order given."""
     with ThreadPoolExecutor(max_workers=len(runs)) as pool:
         return [f.result() for f in [pool.submit(run) for run in runs]]
 
@@ -400,13 +400,11 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_control:
                 c_out = home / "control"
                 runs1.append(partial(run_stage, "stage1", args.steps1, c_out, 0.0, seed, warm, flags, servers))
-            # A start checkpoint is judged beside the training that starts from it: a training job leaves part of
-            # a core idle, and the judge runs in this process, the jobs in Ray's.
-            s1, *c1, warm_judged = side_by_side(*runs1, partial(judge, warm, "stage1"))
+            s1, *c1 = side_by_side(*runs1)
             stage1_final = Path(s1["hf_checkpoint"])
             entry["stage1"] = {"train": s1, "eval": {}}
             ev = entry["stage1"]["eval"]
-            ev["warm_start"] = warm_judged
+            ev["warm_start"] = judge(warm, "stage1")
             ev["final"] = judge(stage1_final, "stage1")
             if c1:
                 entry["stage1"]["control"] = c1[0]
@@ -424,11 +422,11 @@ def main(argv: list[str] | None = None) -> int:
                     runs2.append(
                         partial(run_stage, "stage2", args.steps2, o_out, args.lr, seed, stage1_final, o_flags, servers)
                     )
-                s2, *rest, start_judged = side_by_side(*runs2, partial(judge, stage1_final, "stage2"))
+                s2, *rest = side_by_side(*runs2)
                 c2, opts = rest[: len(rest) - len(options)], rest[len(rest) - len(options) :]
                 entry["stage2"] = {"train": s2, "eval": {}}
                 ev2 = entry["stage2"]["eval"]
-                ev2["start"] = start_judged
+                ev2["start"] = judge(stage1_final, "stage2")
                 ev2["final"] = judge(Path(s2["hf_checkpoint"]), "stage2")
                 if c2:
                     entry["stage2"]["control"] = c2[0]
