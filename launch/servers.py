@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 from pathlib import Path
+
+from launch import ray_servers
+from searchrl.config import ConfigError
+from searchrl.paths import RUNS
 
 SCRIPT = Path(__file__).resolve().parent / "start_servers.sh"
 
@@ -29,7 +34,14 @@ def start_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-port", type=int, default=8002)
     p.add_argument("--reward-port", type=int, default=8001)
     p.add_argument("--host", default="127.0.0.1", help="address both servers bind")
+    p.add_argument(
+        "--engine",
+        choices=("plain", "ray"),
+        default="plain",
+        help="plain: one process each on this node; ray: Ray Serve applications in the running Ray cluster",
+    )
     _run_dir(p)
+    ray_servers.add_arguments(p)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="stage-config overrides, as for the submit")
     return p
 
@@ -41,18 +53,36 @@ def stop_parser() -> argparse.ArgumentParser:
 
 
 def start(argv: list[str] | None = None) -> int:
-    args = start_parser().parse_args(argv)
+    p = start_parser()
+    args = p.parse_args(argv)
     for item in args.overrides:
         if "=" not in item:
-            start_parser().error(f"{item!r}: overrides are key=value (e.g. reward.answer_metric=f1)")
+            p.error(f"{item!r}: overrides are key=value (e.g. reward.answer_metric=f1)")
+    if args.engine == "ray":
+        try:
+            return ray_servers.start(args)
+        except (ConfigError, TimeoutError, RuntimeError, ConnectionError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    ray_only = [a.option_strings[0] for a in _ray_actions(p) if getattr(args, a.dest) != a.default]
+    if ray_only:
+        p.error(f"{', '.join(ray_only)}: only with --engine ray (Ray Serve); the plain servers run one process each")
     script = ["--index", args.index, "--stage", args.stage, "--search-port", str(args.search_port)]
     script += ["--reward-port", str(args.reward_port), "--host", args.host]
     script += ["--run-dir", args.run_dir] if args.run_dir else []
     return subprocess.run(["bash", str(SCRIPT), *script, *args.overrides]).returncode
 
 
+def _ray_actions(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    group = next(g for g in p._action_groups if g.title and g.title.startswith("--engine ray"))
+    return list(group._group_actions)
+
+
 def stop(argv: list[str] | None = None) -> int:
     args = stop_parser().parse_args(argv)
+    # Serve applications `start --engine ray` recorded are removed from their cluster; plain processes stopped.
+    if ray_servers.ray_records(Path(args.run_dir or RUNS / "servers")):
+        ray_servers.stop(Path(args.run_dir or RUNS / "servers"))
     return subprocess.run(
         ["bash", str(SCRIPT), "stop", *(["--run-dir", args.run_dir] if args.run_dir else [])]
     ).returncode

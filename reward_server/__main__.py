@@ -55,35 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_intermixed_args(argv)
     try:
-        if args.resolved is not None:
-            if args.overrides:
-                raise ConfigError("--resolved: the spec is already resolved; give overrides when resolving it")
-            spec = resolved_reward_spec(args.resolved)
-        else:
-            spec = load_reward_spec(args.config, args.preset, args.overrides)
+        settings = settings_from_args(args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.workers < 1:
-        print("error: --workers must be at least 1", file=sys.stderr)
-        return 2
-    limits = Limits(
-        header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout, max_concurrency=args.max_concurrency
-    )
-    settings = ServerSettings(
-        spec=spec,
-        preset=args.preset,
-        log_jsonl=args.log_jsonl,
-        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-        max_items=args.max_items,
-        max_query_chars=args.max_query_chars,
-        token=server_token(None, TOKEN_ENV),
-        limits=limits,
-        allowed_hosts=tuple(h.strip() for h in f"{args.allowed_hosts},{args.host}".split(",") if h.strip()),
-    )
     logging.basicConfig(level=logging.INFO)
     options = {"host": args.host, "port": args.port, "log_level": "info", "access_log": False}
-    options.update(uvicorn_options(limits))
+    options.update(uvicorn_options(settings.limits))
     if args.workers == 1:
         uvicorn.run(create_app(settings), **options)
     else:
@@ -95,6 +73,33 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[SETTINGS_ENV] = settings.to_env()
             uvicorn.run("reward_server.app:app_from_env", factory=True, workers=args.workers, **options)
     return 0
+
+
+def settings_from_args(args: argparse.Namespace) -> ServerSettings:
+    """The server's settings from its command line, for this command and for its Ray Serve replicas alike;
+    ConfigError names the field."""
+    if args.resolved is not None:
+        if args.overrides:
+            raise ConfigError("--resolved: the spec is already resolved; give overrides when resolving it")
+        spec = resolved_reward_spec(args.resolved)
+    else:
+        spec = load_reward_spec(args.config, args.preset, args.overrides)
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    limits = Limits(
+        header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout, max_concurrency=args.max_concurrency
+    )
+    return ServerSettings(
+        spec=spec,
+        preset=args.preset,
+        log_jsonl=args.log_jsonl,
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        max_items=args.max_items,
+        max_query_chars=args.max_query_chars,
+        token=server_token(None, TOKEN_ENV),
+        limits=limits,
+        allowed_hosts=tuple(h.strip() for h in f"{args.allowed_hosts},{args.host}".split(",") if h.strip()),
+    )
 
 
 if __name__ == "__main__":

@@ -539,8 +539,17 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    config = config_from_args(args)
+    uvicorn.run(
+        create_app(config), host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(config.limits)
+    )
+    return 0
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The server's settings from its command line, for this command and for its Ray Serve replicas alike."""
     dense_weight, bm25_weight = args.hybrid_weights
-    config = ServerConfig(
+    return ServerConfig(
         index_dir=args.index,
         backend=args.backend,
         rerank_depth=args.rerank_depth,
@@ -571,10 +580,6 @@ def main(argv: list[str] | None = None) -> int:
             max_concurrency=args.max_concurrency,
         ),
     )
-    uvicorn.run(
-        create_app(config), host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(config.limits)
-    )
-    return 0
 
 
 if __name__ == "__main__":

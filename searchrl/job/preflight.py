@@ -23,6 +23,7 @@ from searchrl.job.memory_plan import memory_verdict
 from searchrl.paths import RUNS
 from searchrl.process import own_tool
 from searchrl.protocols import get_protocol
+from searchrl.ray_serve import app_state, applications
 from searchrl.reward.spec import protocols_of
 from searchrl.search.base import HealthProbe
 from searchrl.stage.config import CONFIG_JSON_ENV, STAGES, StageConfig, stage_package
@@ -157,6 +158,8 @@ def _started_here_check(what: str, url: str, run_dir: Path, start: str) -> list[
     record = started_here(url, run_dir)
     if record is None:
         return []
+    if record.get("engine") == "ray":
+        return [_serve_check(what, record, start)]
     pid = int(record.get("pid", -1))
     ok = _alive(pid)
     return [
@@ -167,6 +170,21 @@ def _started_here_check(what: str, url: str, run_dir: Path, start: str) -> list[
             "" if ok else f"stop whatever holds {url}, then {start}",
         )
     ]
+
+
+def _serve_check(what: str, record: dict[str, Any], start: str) -> Check:
+    """A server `servers start --engine ray` made: its Serve application runs every replica it was given."""
+    app, dashboard = str(record.get("app")), str(record.get("dashboard"))
+    try:
+        ok, said = app_state(applications(dashboard), app)
+    except httpx.HTTPError as e:
+        ok, said = False, f"Serve's REST API at {dashboard} did not answer ({e})"
+    return Check(
+        f"{what} is the Serve application servers start made",
+        ok,
+        f"{app}: {said}",
+        "" if ok else f"{start} --engine ray (in the training job's Ray cluster)",
+    )
 
 
 def _token_check(what: str, probe: HealthProbe, timeout_s: float) -> Check:
