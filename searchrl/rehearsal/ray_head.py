@@ -172,6 +172,7 @@ class RayHead:
         ports = ray_ports()
         self.first_port = ports[RAY_NAMED_PORTS[0]]
         self.dashboard_port = ports["dashboard"]
+        self.gcs_port = ports["gcs"]
         cmd = [
             str(Path(sys.executable).parent / "ray"),
             "start",
@@ -247,6 +248,59 @@ class RayHead:
     def stop(self) -> None:
         pids = [self.proc.pid, *self.descendants()]
         # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.wait(10)
+        shutil.rmtree(self.temp, ignore_errors=True)
+        release_block(self.first_port)
+
+
+class RayNode:
+    """A second raylet joining a head on this machine, with its own ports and resources: a cluster of two nodes
+    made on one machine (Ray places by node, so replicas, proxies and their faults act as on two machines)."""
+
+    def __init__(self, head: RayHead, num_cpus: int, resources: dict[str, float] | None = None) -> None:
+        ports = ray_ports()
+        self.first_port = ports[RAY_NAMED_PORTS[0]]
+        self.log = head.log.with_name(f"ray_node_{self.first_port}.log")
+        self.temp = Path(tempfile.mkdtemp(prefix="srl-ray-node-"))
+        cmd = [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            f"--address=127.0.0.1:{head.gcs_port}",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--node-manager-port={ports['node_manager']}",
+            f"--object-manager-port={ports['object_manager']}",
+            f"--dashboard-agent-listen-port={ports['agent_listen']}",
+            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+            f"--metrics-export-port={ports['metrics']}",
+            f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+            f"--min-worker-port={ports['min_worker']}",
+            f"--max-worker-port={ports['max_worker']}",
+            f"--num-cpus={num_cpus}",
+            "--num-gpus=0",
+            f"--resources={json.dumps(resources or {})}",
+            # Its own temp dir: sharing the head's, both raylets unpacked a job's code into one folder at once and
+            # the job read it half-written (a config file "missing").
+            f"--temp-dir={self.temp}",
+        ]
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=head.env, start_new_session=True
+            )
+
+    def stop(self) -> None:
+        pids = [self.proc.pid, *descendants(self.proc.pid)]
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(30)
