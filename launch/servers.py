@@ -61,6 +61,9 @@ def start(argv: list[str] | None = None) -> int:
     if args.engine == "ray":
         try:
             return ray_servers.start(args)
+        except ModuleNotFoundError as e:
+            print(f"error: --engine ray needs Ray Serve ({e}): pip install -e '.[train]'", file=sys.stderr)
+            return 1
         except (ConfigError, TimeoutError, RuntimeError, ConnectionError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
+from launch import servers
 from reward_server import ray_deployment as reward_deployment
 from search_backend.serve import ray_deployment as retrieval_deployment
-from searchrl.paths import ROOT
 from searchrl.ray_serve import Placement, app_state, asgi_health, replicas
 from searchrl.stage.config import load_stage, stage_config_file
 from tests.conftest import FIXTURES
@@ -107,12 +105,8 @@ def test_health_check_raises_when_health_fails() -> None:
         asyncio.run(asgi_health(app))
 
 
-def test_plain_engine_refuses_serve_flags(mini_index) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "launch.cli", "servers", "start", "--index", str(mini_index), "--replicas", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 2
-    assert "--replicas: only with --engine ray" in done.stderr
+def test_plain_engine_refuses_serve_flags(mini_index, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        servers.start(["--index", str(mini_index), "--replicas", "2"])
+    assert exited.value.code == 2
+    assert "--replicas: only with --engine ray" in capsys.readouterr().err
