@@ -416,11 +416,7 @@ def retrieval_server() -> str:
     lent_names = [n for n in dict.fromkeys(n for row in shares.values() for n in row) if n in names]
     values = {v for row in shares.values() for v in row.values()}
     if len(values) == 1:
-        lent = (
-            f"Share of backend calls on every core (median of blocks): {num(values.pop(), 2)} for each of "
-            + ", ".join(lent_names)
-            + " at every concurrency."
-        )
+        lent = f"Backend calls on every core: {num(values.pop(), 2)} (median share of blocks) in every run."
     else:
         lent = table(
             ["share of backend calls on every core (median of blocks) at concurrency", *levels],
@@ -761,6 +757,35 @@ def restart() -> str:
         for r in run["rows"]
     ]
     header = ["run", "client", "down s", "outage s", "sent", "lost", "wrong", "scored twice", "p99 ms", "req/s"]
+    return f"{head}\n\n{table(header, rows)}"
+
+
+def serve() -> str:
+    """The retrieval server through Ray Serve against the plain server (benchmarks/serve.py)."""
+    d = load("serve")
+    st = d["settings"]
+    head = source(
+        "serve",
+        d,
+        f" {st['passages']} held-out kiltmini passages, Flat, one query a request; medians of {st['rounds']} rounds, "
+        f"ratios taken within a round; {d['errors']} errors",
+    )
+    rows = []
+    for c, rates in d["requests_per_s"].items():
+        r, p50 = d["ratios"][c], d["p50_ms"][c]
+        two = rates.get("Serve, 2 replicas")
+        rows.append(
+            (
+                c,
+                num(rates["plain server"]),
+                num(rates["Serve, 1 replica"]),
+                "n/a" if two is None else num(two),
+                num(r["Serve 1 replica / plain"], 2),
+                num(r.get("Serve 2 replicas / 1 replica"), 2),
+                f"{num(p50['plain server'])} / {num(p50['Serve, 1 replica'])}",
+            )
+        )
+    header = ["callers", "plain req/s", "Serve 1 req/s", "Serve 2 req/s", "1 / plain", "2 / 1", "p50 ms plain / 1"]
     return f"{head}\n\n{table(header, rows)}"
 
 
@@ -1220,6 +1245,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "reward-server": reward_server,
     "load": load_table,
     "restart": restart,
+    "serve": serve,
     "reward-keys": reward_keys,
     "rollout": rollout,
     "multi-query": multi_query,
