@@ -23,10 +23,9 @@ from search_backend.serve import ray_deployment as retrieval_deployment
 from searchrl.config import ConfigError
 from searchrl.job.plan import excludes
 from searchrl.paths import ROOT
-from searchrl.ray_serve import HEAD_NODE, NAMESPACE, Placement, app_state, application, applications
+from searchrl.ray_serve import APPS, HEAD_NODE, NAMESPACE, Placement, app_state, application, applications
 from searchrl.stage.config import load_stage, stage_config_file
 
-APPS = {"retrieval": "searchrl-retrieval", "reward": "searchrl-reward"}
 ROUTES = {"retrieval": "/retrieval", "reward": "/reward"}
 # The servers' tokens, set on the starting shell, reach the replicas (they inherit `ray start`'s environment).
 TOKENS = ("SEARCHRL_SEARCH_TOKEN", "SEARCHRL_REWARD_TOKEN")
@@ -47,6 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--retrieval-args", default="", help="more `searchrl search serve` flags, e.g. '--nprobe 64'")
     g.add_argument("--reward-replicas", type=int, default=1, help="reward replicas, on the head node")
+
+
+def defaults() -> dict[str, Any]:
+    """The Serve-only options' defaults, by their dest (each flag is `--` + dest with dashes)."""
+    p = argparse.ArgumentParser(add_help=False)
+    add_arguments(p)
+    return vars(p.parse_args([]))
 
 
 def placements(args: argparse.Namespace) -> dict[str, Placement]:
@@ -153,11 +159,11 @@ def ray_records(run_dir: Path) -> list[dict[str, Any]]:
 
 def stop(run_dir: Path) -> int:
     """Removes the applications the records name (and Serve itself when no other application is left)."""
-    from ray import serve
-
     records = ray_records(run_dir)
     if not records:
-        return 0
+        return 0  # nothing of Ray's to remove: the plain servers' stop needs no Ray installed
+    from ray import serve
+
     _connect(records[0]["ray_address"], upload=False)
     for record in records:
         serve.delete(record["app"])

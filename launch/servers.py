@@ -67,7 +67,7 @@ def start(argv: list[str] | None = None) -> int:
         except (ConfigError, TimeoutError, RuntimeError, ConnectionError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-    ray_only = [a.option_strings[0] for a in _ray_actions(p) if getattr(args, a.dest) != a.default]
+    ray_only = [f"--{k.replace('_', '-')}" for k, v in ray_servers.defaults().items() if getattr(args, k) != v]
     if ray_only:
         p.error(f"{', '.join(ray_only)}: only with --engine ray (Ray Serve); the plain servers run one process each")
     script = ["--index", args.index, "--stage", args.stage, "--search-port", str(args.search_port)]
@@ -76,16 +76,10 @@ def start(argv: list[str] | None = None) -> int:
     return subprocess.run(["bash", str(SCRIPT), *script, *args.overrides]).returncode
 
 
-def _ray_actions(p: argparse.ArgumentParser) -> list[argparse.Action]:
-    group = next(g for g in p._action_groups if g.title and g.title.startswith("--engine ray"))
-    return list(group._group_actions)
-
-
 def stop(argv: list[str] | None = None) -> int:
     args = stop_parser().parse_args(argv)
     # Serve applications `start --engine ray` recorded are removed from their cluster; plain processes stopped.
-    if ray_servers.ray_records(Path(args.run_dir or RUNS / "servers")):
-        ray_servers.stop(Path(args.run_dir or RUNS / "servers"))
+    ray_servers.stop(Path(args.run_dir or RUNS / "servers"))
     return subprocess.run(
         ["bash", str(SCRIPT), "stop", *(["--run-dir", args.run_dir] if args.run_dir else [])]
     ).returncode

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # The one Ray namespace the deployments' driver connects in, so `servers stop` finds what `servers start` made.
 NAMESPACE = "searchrl"
 HEAD_NODE = "node:__internal_head__"
+# The Serve application of each server, by server name (`servers start --engine ray` deploys them).
+APPS = {"retrieval": "searchrl-retrieval", "reward": "searchrl-reward"}
 
 
 class Placement(BaseModel):

@@ -51,8 +51,8 @@ def manifest(out: Path) -> dict:
     return data
 
 
-# About 45 s (a Ray cluster and two encoder loads, twice): CI runs it in its rehearsal lane beside the learning run
-# (`-m slow`), not in the suite.
+# About 45 s (a Ray cluster and two encoder loads, twice): CI runs it in one of its lanes (`-m slow`), not in the
+# suite.
 @pytest.mark.slow
 def test_ray_build_is_the_one_process_build_and_resumes(tmp_path):
     corpus = tmp_path / "passages.jsonl"

@@ -154,6 +154,26 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def stop_raylet(proc: subprocess.Popen, temp: Path, first_port: int) -> None:
+    """Stops a `ray start --block` and what it started, removes its temp dir and frees its port block."""
+    pids = [proc.pid, *descendants(proc.pid)]
+    # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if proc.poll() is None:
+        proc.wait(10)
+    shutil.rmtree(temp, ignore_errors=True)
+    release_block(first_port)
+
+
 class RayHead:
     """A local Ray head on loopback with every port chosen free and its own temp dir; stopped by the
     ids of the processes it started."""
@@ -246,22 +266,7 @@ class RayHead:
         return descendants(self.proc.pid)
 
     def stop(self) -> None:
-        pids = [self.proc.pid, *self.descendants()]
-        # `ray start --block` stops what it started on SIGTERM; stragglers get SIGKILL, by pid.
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if self.proc.poll() is None:
-            self.proc.wait(10)
-        shutil.rmtree(self.temp, ignore_errors=True)
-        release_block(self.first_port)
+        stop_raylet(self.proc, self.temp, self.first_port)
 
 
 class RayNode:
@@ -300,21 +305,7 @@ class RayNode:
             )
 
     def stop(self) -> None:
-        pids = [self.proc.pid, *descendants(self.proc.pid)]
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if self.proc.poll() is None:
-            self.proc.wait(10)
-        shutil.rmtree(self.temp, ignore_errors=True)
-        release_block(self.first_port)
+        stop_raylet(self.proc, self.temp, self.first_port)
 
 
 class SharedHead:

@@ -28,12 +28,11 @@ import httpx
 
 from searchrl.episodes.reader import episode_files, read_records
 from searchrl.process import free_port, searchrl_command
-from searchrl.ray_serve import app_state, applications, replicas
+from searchrl.ray_serve import APPS, app_state, applications, replicas
 from searchrl.rehearsal.inputs import REHEARSAL_DIR, rehearsal_index
 from searchrl.rehearsal.ray_head import HEAD_ENV, RayHead, RayNode
 from searchrl.rehearsal.training import scoring_record
 
-APPS = {"retrieval": "searchrl-retrieval", "reward": "searchrl-reward"}
 # The rehearsal's preflight reads server records here (searchrl/rehearsal/episodes.py), so it checks the Serve apps.
 SERVERS_DIR = REHEARSAL_DIR / "servers"
 STAGE_DIR = REHEARSAL_DIR / "stage1_format"
